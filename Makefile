@@ -1,0 +1,68 @@
+# Conveyor: every target a new user needs sets itself up first (see README.md).
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+# pyenv resolves `python` to .python-version (3.10.13); TFX 1.16 needs Python < 3.11.
+PYTHON ?= $(shell command -v python3.10 || pyenv which python 2>/dev/null || echo python3)
+VENV := .venv
+BIN := $(VENV)/bin
+UV_VERSION := 0.13.9
+# Stamp that records which lock the venv was synced from: `setup` is a no-op until it changes.
+SYNCED := $(VENV)/.synced-lock
+ENV ?= local
+PIPELINE ?= penguin
+WORKDIR ?= $(CURDIR)/.conveyor
+
+export TF_CPP_MIN_LOG_LEVEL ?= 3
+export TF_USE_LEGACY_KERAS ?= 1
+
+.PHONY: help setup lock pipeline-local data test test-unit test-e2e lint bench clean
+
+help:
+	@echo "make pipeline-local  set up, prepare the penguin data and run it locally (pushes a model)"
+	@echo "make test            set up and run unit + end-to-end tests"
+	@echo "make lint            ruff over the code"
+	@echo "make bench           Conveyor vs raw TFX penguin, side by side"
+	@echo "make lock            re-resolve requirements.in into requirements.lock"
+	@echo "make clean           remove the venv and generated run outputs"
+
+$(BIN)/python:
+	$(PYTHON) -c 'import sys; assert sys.version_info[:2] == (3, 10), "Python 3.10 is required, got " + sys.version'
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --disable-pip-version-check uv==$(UV_VERSION)
+
+$(SYNCED): requirements.lock pyproject.toml | $(BIN)/python
+	$(BIN)/uv pip sync -q --python $(BIN)/python requirements.lock
+	$(BIN)/uv pip install -q --python $(BIN)/python --no-deps -e .
+	@cp requirements.lock $(SYNCED)
+
+setup: $(SYNCED)
+
+lock: | $(BIN)/python
+	$(BIN)/uv pip compile -q requirements.in --python-version 3.10 -o requirements.lock
+
+data: setup
+	$(BIN)/conveyor data penguin
+
+pipeline-local: data
+	$(BIN)/conveyor run $(PIPELINE) --env $(ENV) --workdir $(WORKDIR)
+
+test: setup
+	$(BIN)/python -m pytest -q
+
+test-unit: setup
+	$(BIN)/python -m pytest -q -m "not e2e"
+
+test-e2e: setup
+	$(BIN)/python -m pytest -q -m e2e
+
+lint: setup
+	$(BIN)/ruff check pipelines components tests bench
+	$(BIN)/ruff format --check pipelines components tests bench
+
+bench: setup
+	$(BIN)/python bench/bench_penguin.py
+
+clean:
+	rm -rf $(VENV) .conveyor .pytest_cache
+	find . -name __pycache__ -type d -prune -exec rm -rf {} +

@@ -1,0 +1,129 @@
+"""A Pusher executor that versions like TF Serving, never exposes half a model, never re-pushes.
+
+Differences from TFX's filesystem Pusher, each a problem users hit in production:
+- versions are 1, 2, 3... under `<base>/<model_name>/` instead of Unix timestamps;
+- the SavedModel is copied into a hidden sibling directory and renamed into place, so a model
+  server polling the base path never sees a partly copied version;
+- a model whose files are identical to the version already served is not pushed again;
+- the first-run policy: with `require_manual_bless`, a model blessed without any baseline (the
+  very first one) is not pushed automatically.
+Every outcome is recorded on the ModelPushPath artifact (`pushed`, `pushed_version`,
+`conveyor_reason`, `conveyor_model_id`) so `conveyor runs` and the next run's baseline resolver
+can read it from ML Metadata.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import time
+
+from absl import logging
+from tfx.components.pusher import executor as tfx_pusher_executor
+from tfx.types import artifact_utils, standard_component_specs
+from tfx.utils import json_utils
+
+from components.baseline.strategy import PUSHED_MODEL_ID_PROPERTY
+
+REASON_PROPERTY = "conveyor_reason"
+PUSH_RECORD = "conveyor_push.json"  # TF Serving ignores files it does not know
+BASELINE_MODEL_ID = "baseline_model_id"  # what TFX's Evaluator records on its blessing
+
+
+def model_digest(model_dir: str) -> str:
+    """SHA-256 over every file's relative path and bytes: equal digests, equal models."""
+    digest = hashlib.sha256()
+    for root, dirs, files in os.walk(model_dir):
+        dirs.sort()
+        for name in sorted(files):
+            path = os.path.join(root, name)
+            digest.update(os.path.relpath(path, model_dir).encode())
+            with open(path, "rb") as handle:
+                for chunk in iter(lambda: handle.read(1 << 20), b""):
+                    digest.update(chunk)
+    return digest.hexdigest()
+
+
+def served_versions(base_dir: str) -> list[int]:
+    """Integer version directories under a TF Serving model base path, ascending."""
+    if not os.path.isdir(base_dir):
+        return []
+    return sorted(int(name) for name in os.listdir(base_dir) if name.isdigit())
+
+
+def read_push_record(version_dir: str) -> dict:
+    try:
+        with open(os.path.join(version_dir, PUSH_RECORD)) as handle:
+            return json.load(handle)
+    except (OSError, ValueError):
+        return {}
+
+
+def publish(model_dir: str, base_dir: str, record: dict) -> tuple[int, str]:
+    """Copies a SavedModel to the next version under base_dir atomically; returns both."""
+    os.makedirs(base_dir, exist_ok=True)
+    versions = served_versions(base_dir)
+    version = (versions[-1] + 1) if versions else 1
+    target = os.path.join(base_dir, str(version))
+    staging = os.path.join(base_dir, f".incoming-{version}-{os.getpid()}")
+    shutil.rmtree(staging, ignore_errors=True)
+    shutil.copytree(model_dir, staging)
+    with open(os.path.join(staging, PUSH_RECORD), "w") as handle:
+        json.dump({**record, "version": version}, handle, indent=2)
+    # rename() within one filesystem is atomic: the version appears complete or not at all.
+    os.rename(staging, target)
+    return version, target
+
+
+class Executor(tfx_pusher_executor.Executor):
+    """TFX Pusher executor with atomic, idempotent, integer-versioned filesystem pushes."""
+
+    def Do(self, input_dict, output_dict, exec_properties):  # noqa: N802 - TFX's name
+        self._log_startup(input_dict, output_dict, exec_properties)
+        model_push = artifact_utils.get_single_instance(
+            output_dict[standard_component_specs.PUSHED_MODEL_KEY]
+        )
+        model = artifact_utils.get_single_instance(input_dict[standard_component_specs.MODEL_KEY])
+        model_push.set_int_custom_property(PUSHED_MODEL_ID_PROPERTY, model.id)
+        config = json_utils.loads(exec_properties.get("custom_config") or "null") or {}
+
+        def not_pushed(reason: str) -> None:
+            logging.info("Not pushed: %s", reason)
+            self._MarkNotPushed(model_push)
+            model_push.set_string_custom_property(REASON_PROPERTY, reason)
+
+        if not self.CheckBlessing(input_dict):
+            return not_pushed("the model did not pass the evaluation thresholds")
+        blessing = artifact_utils.get_single_instance(
+            input_dict[standard_component_specs.MODEL_BLESSING_KEY]
+        )
+        first_run = not blessing.has_custom_property(BASELINE_MODEL_ID)
+        if first_run and config.get("first_run_policy") == "require_manual_bless":
+            return not_pushed(
+                "no model is served yet and evaluation.first_run is require_manual_bless: "
+                "review the evaluation, then re-run with "
+                "--set evaluation.first_run=bless_on_value_thresholds"
+            )
+        model_dir = self.GetModelPath(input_dict)
+        base_dir = config["serving_base_dir"]
+        digest = model_digest(model_dir)
+        versions = served_versions(base_dir)
+        if versions:
+            latest = read_push_record(os.path.join(base_dir, str(versions[-1])))
+            if latest.get("model_digest") == digest:
+                return not_pushed(f"identical to the served version {versions[-1]}")
+        version, target = publish(
+            model_dir,
+            base_dir,
+            {
+                "model_digest": digest,
+                "model_artifact_id": model.id,
+                "model_uri": model.uri,
+                "pushed_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            },
+        )
+        self._MarkPushed(model_push, pushed_destination=target, pushed_version=str(version))
+        model_push.set_string_custom_property(REASON_PROPERTY, f"pushed version {version}")
+        logging.info("Model pushed to %s.", target)

@@ -1,0 +1,185 @@
+"""What the trainer knows about each column, derived from the schema and the data's statistics.
+
+Pure Python over tensorflow_metadata protos (no TensorFlow), so it is cheap to test: numeric
+features get the mean and standard deviation StatisticsGen computed over the training split,
+categorical strings get their vocabulary from the statistics' rank histogram, and the label's
+classes come from the schema's domain or, failing that, the statistics.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from tensorflow_metadata.proto.v0 import schema_pb2, statistics_pb2
+
+
+class TrainerConfigError(ValueError):
+    """The trainer cannot be built from this spec, schema and statistics."""
+
+
+class DType(str, enum.Enum):
+    FLOAT = "float"
+    INT = "int"
+    STRING = "string"
+
+
+_SCHEMA_TYPES = {
+    schema_pb2.FLOAT: DType.FLOAT,
+    schema_pb2.INT: DType.INT,
+    schema_pb2.BYTES: DType.STRING,
+}
+
+
+@dataclass(frozen=True)
+class FeatureInfo:
+    name: str
+    kind: str  # "numeric" or "categorical", as in the spec
+    dtype: DType
+    mean: float = 0.0
+    std: float = 1.0
+    vocabulary: tuple[str, ...] = ()
+    hash_buckets: int = 0
+
+
+@dataclass(frozen=True)
+class LabelInfo:
+    name: str
+    task: str  # "classification" or "regression"
+    dtype: DType
+    classes: tuple[str, ...] = ()
+
+    @property
+    def is_binary(self) -> bool:
+        return self.task == "classification" and len(self.classes) == 2
+
+    @property
+    def output_units(self) -> int:
+        if self.task == "regression" or self.is_binary:
+            return 1
+        return len(self.classes)
+
+
+@dataclass(frozen=True)
+class FeatureSet:
+    features: tuple[FeatureInfo, ...]
+    label: LabelInfo
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "features": [f.__dict__ | {"dtype": f.dtype.value} for f in self.features],
+            "label": self.label.__dict__ | {"dtype": self.label.dtype.value},
+        }
+
+
+def _feature_stats(
+    stats: statistics_pb2.DatasetFeatureStatisticsList,
+) -> dict[str, statistics_pb2.FeatureNameStatistics]:
+    if not stats.datasets:
+        raise TrainerConfigError("the training statistics hold no dataset")
+    by_name = {}
+    for feature in stats.datasets[0].features:
+        name = feature.path.step[0] if feature.path.step else feature.name
+        by_name[name] = feature
+    return by_name
+
+
+def _vocabulary(feature: statistics_pb2.FeatureNameStatistics, limit: int) -> tuple[str, ...]:
+    string_stats = feature.string_stats
+    if string_stats.rank_histogram.buckets:
+        counts = [(b.label, b.sample_count) for b in string_stats.rank_histogram.buckets]
+    else:
+        counts = [(v.value, v.frequency) for v in string_stats.top_values]
+    # Most frequent first, ties by value, so the same data always gives the same vocabulary.
+    ranked = sorted(counts, key=lambda item: (-item[1], item[0]))
+    return tuple(value for value, _ in ranked[:limit] if value != "")
+
+
+def describe(
+    trainer: Mapping[str, Any],
+    schema: schema_pb2.Schema,
+    stats: statistics_pb2.DatasetFeatureStatisticsList,
+) -> FeatureSet:
+    """Builds the FeatureSet for a trainer spec (as a dict) from schema and training statistics.
+
+    Raises:
+      TrainerConfigError: naming the column when the spec and the data disagree.
+    """
+    schema_features = {f.name: f for f in schema.feature}
+    stats_by_name = _feature_stats(stats)
+
+    def column(name: str, role: str) -> tuple[schema_pb2.Feature, statistics_pb2.FeatureNameStatistics]:
+        if name not in schema_features:
+            raise TrainerConfigError(
+                f"{role} column {name!r} is not in the schema "
+                f"(columns: {', '.join(sorted(schema_features))})"
+            )
+        if name not in stats_by_name:
+            raise TrainerConfigError(f"{role} column {name!r} has no statistics in the training split")
+        return schema_features[name], stats_by_name[name]
+
+    infos = []
+    for spec in trainer["features"]:
+        schema_feature, feature_stats = column(spec["name"], "feature")
+        dtype = _SCHEMA_TYPES.get(schema_feature.type)
+        if dtype is None:
+            raise TrainerConfigError(f"feature {spec['name']!r} has an unsupported schema type")
+        if spec["kind"] == "numeric":
+            if dtype is DType.STRING:
+                raise TrainerConfigError(
+                    f"feature {spec['name']!r} is declared numeric but its column holds text"
+                )
+            num = feature_stats.num_stats
+            std = num.std_dev if num.std_dev > 1e-12 else 1.0
+            infos.append(FeatureInfo(spec["name"], "numeric", dtype, mean=num.mean, std=std))
+        elif dtype is DType.STRING:
+            vocabulary = _vocabulary(feature_stats, int(spec.get("max_vocabulary", 1000)))
+            infos.append(FeatureInfo(spec["name"], "categorical", dtype, vocabulary=vocabulary))
+        else:
+            infos.append(
+                FeatureInfo(
+                    spec["name"], "categorical", dtype, hash_buckets=int(spec.get("hash_buckets", 64))
+                )
+            )
+
+    label_name = trainer["label"]
+    schema_label, label_stats = column(label_name, "label")
+    label_dtype = _SCHEMA_TYPES[schema_label.type]
+    task = trainer.get("task", "classification")
+    classes: Sequence[str] = ()
+    if task == "classification":
+        classes = _label_classes(schema, schema_label, label_stats, label_dtype)
+        if len(classes) < 2:
+            raise TrainerConfigError(
+                f"label column {label_name!r} has {len(classes)} class(es); classification needs 2+"
+            )
+    elif label_dtype is DType.STRING:
+        raise TrainerConfigError(f"regression label {label_name!r} holds text")
+    label = LabelInfo(label_name, task, label_dtype, tuple(classes))
+    return FeatureSet(tuple(infos), label)
+
+
+def _label_classes(
+    schema: schema_pb2.Schema,
+    feature: schema_pb2.Feature,
+    stats: statistics_pb2.FeatureNameStatistics,
+    dtype: DType,
+) -> tuple[str, ...]:
+    if dtype is DType.STRING:
+        domain = None
+        if feature.HasField("string_domain"):
+            domain = feature.string_domain
+        elif feature.HasField("domain"):
+            domain = next((d for d in schema.string_domain if d.name == feature.domain), None)
+        if domain is not None and domain.value:
+            return tuple(sorted(domain.value))
+        return tuple(sorted(_vocabulary(stats, 10_000)))
+    if dtype is DType.INT:
+        # Integer classes are 0..max: the model's class ids are the label values themselves.
+        top = int(stats.num_stats.max)
+        if stats.num_stats.min < 0:
+            raise TrainerConfigError(f"integer label {feature.name!r} has negative values")
+        return tuple(str(i) for i in range(top + 1))
+    raise TrainerConfigError(f"classification label {feature.name!r} holds floats")

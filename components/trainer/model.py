@@ -1,0 +1,229 @@
+"""The Keras model Conveyor trains, and the serving module it exports.
+
+Preprocessing lives in the exported SavedModel, so serving needs no code of ours: numeric columns
+are standardised with the training statistics (a missing value becomes the mean plus a
+"missing" indicator), categorical strings are looked up in their vocabulary (unknown and
+missing values share one out-of-vocabulary slot), and categorical integers are hashed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import tensorflow as tf
+import tf_keras as keras
+
+from components.trainer.features import DType, FeatureInfo, FeatureSet, LabelInfo
+
+# What a missing value looks like once parsed: tf.Example simply omits the feature.
+MISSING_FLOAT = float("nan")
+MISSING_INT = -1
+MISSING_STRING = b""
+
+_TF_DTYPES = {DType.FLOAT: tf.float32, DType.INT: tf.int64, DType.STRING: tf.string}
+_MISSING = {DType.FLOAT: MISSING_FLOAT, DType.INT: MISSING_INT, DType.STRING: MISSING_STRING}
+
+# Output keys of the exported signatures (TFMA reads PREDICTION_KEY; the label encoder's key is
+# the label name with this suffix).
+PREDICTION_KEY = {"classification": "probabilities", "regression": "predictions"}
+LABEL_SUFFIX = "_encoded"
+
+
+def _columns(features: FeatureSet, with_label: bool) -> list[FeatureInfo | LabelInfo]:
+    return [*features.features, features.label] if with_label else list(features.features)
+
+
+def parse_examples(
+    serialized: tf.Tensor, features: FeatureSet, with_label: bool
+) -> dict[str, tf.Tensor]:
+    """Parses tf.Examples into one scalar per row and column; a missing value becomes a marker.
+
+    TFX's CSV decoding writes an empty field as a feature with no values (not an absent
+    feature), which a FixedLenFeature refuses; ragged parsing accepts both.
+    """
+    columns = _columns(features, with_label)
+    ragged = tf.io.parse_example(
+        serialized, {c.name: tf.io.RaggedFeature(_TF_DTYPES[c.dtype]) for c in columns}
+    )
+    return {
+        c.name: ragged[c.name].to_tensor(default_value=_MISSING[c.dtype], shape=[None, 1])[:, 0]
+        for c in columns
+    }
+
+
+def raw_input_signature(features: FeatureSet) -> dict[str, tf.TensorSpec]:
+    return {
+        f.name: tf.TensorSpec([None], _TF_DTYPES[f.dtype], name=f.name) for f in features.features
+    }
+
+
+def _string_table(values: tuple[str, ...]) -> tf.lookup.StaticHashTable:
+    return tf.lookup.StaticHashTable(
+        tf.lookup.KeyValueTensorInitializer(
+            tf.constant(values, tf.string), tf.range(len(values), dtype=tf.int64)
+        ),
+        default_value=-1,
+    )
+
+
+class Preprocessor(tf.Module):
+    """Turns raw feature columns into the network's dense input vector, and labels into targets."""
+
+    def __init__(self, features: FeatureSet):
+        super().__init__(name="preprocessor")
+        self._features = features
+        self._tables = {
+            f.name: _string_table(f.vocabulary)
+            for f in features.features
+            if f.kind == "categorical" and f.dtype is DType.STRING
+        }
+        label = features.label
+        self._label_table = (
+            _string_table(label.classes)
+            if label.task == "classification" and label.dtype is DType.STRING
+            else None
+        )
+        self.classes = tf.constant(label.classes or ("",), tf.string)
+
+    @property
+    def width(self) -> int:
+        """Length of the vector `vectorize` returns."""
+        width = 0
+        for f in self._features.features:
+            if f.kind == "numeric":
+                width += 2  # standardised value and a missing-value indicator
+            elif f.dtype is DType.STRING:
+                width += len(f.vocabulary) + 1  # one slot for unknown or missing
+            else:
+                width += f.hash_buckets
+        return width
+
+    def vectorize(self, raw: Mapping[str, tf.Tensor]) -> tf.Tensor:
+        parts = []
+        for f in self._features.features:
+            value = raw[f.name]
+            if f.kind == "numeric":
+                value = tf.cast(value, tf.float32)
+                missing = tf.math.is_nan(value)
+                if f.dtype is DType.INT:
+                    missing = tf.logical_or(missing, tf.equal(raw[f.name], MISSING_INT))
+                filled = tf.where(missing, tf.cast(f.mean, tf.float32), value)
+                parts.append(((filled - f.mean) / f.std)[:, None])
+                parts.append(tf.cast(missing, tf.float32)[:, None])
+            elif f.dtype is DType.STRING:
+                index = self._tables[f.name].lookup(value)
+                oov = len(f.vocabulary)
+                index = tf.where(index < 0, tf.cast(oov, tf.int64), index)
+                parts.append(tf.one_hot(index, oov + 1, dtype=tf.float32))
+            else:
+                bucket = tf.strings.to_hash_bucket_fast(tf.strings.as_string(value), f.hash_buckets)
+                parts.append(tf.one_hot(bucket, f.hash_buckets, dtype=tf.float32))
+        return tf.concat(parts, axis=1)
+
+    def encode_label(self, label: tf.Tensor) -> tf.Tensor:
+        """Class index (int64, -1 when unknown or missing) or regression target (float32)."""
+        info = self._features.label
+        if info.task == "regression":
+            return tf.cast(label, tf.float32)
+        if self._label_table is not None:
+            return self._label_table.lookup(label)
+        return tf.cast(label, tf.int64)
+
+
+def build_network(
+    input_width: int,
+    label: LabelInfo,
+    hidden_units: tuple[int, ...],
+    dropout: float,
+) -> keras.Model:
+    inputs = keras.Input(shape=(input_width,), name="features")
+    x = inputs
+    for units in hidden_units:
+        x = keras.layers.Dense(units, activation="relu")(x)
+        if dropout:
+            x = keras.layers.Dropout(dropout)(x)
+    x = keras.layers.Dense(label.output_units, name="head")(x)
+    # The head's activation stays float32 so mixed-precision training exports float32 outputs.
+    if label.task == "regression":
+        activation = "linear"
+    else:
+        activation = "sigmoid" if label.is_binary else "softmax"
+    outputs = keras.layers.Activation(activation, dtype="float32", name="output")(x)
+    return keras.Model(inputs, outputs)
+
+
+def compile_network(
+    network: keras.Model, label: LabelInfo, learning_rate: float, jit_compile: bool
+) -> None:
+    if label.task == "regression":
+        loss, metrics = keras.losses.MeanSquaredError(), [keras.metrics.MeanSquaredError()]
+    elif label.is_binary:
+        loss = keras.losses.BinaryCrossentropy()
+        metrics = [keras.metrics.BinaryAccuracy(name="accuracy"), keras.metrics.AUC(name="auc")]
+    else:
+        loss = keras.losses.SparseCategoricalCrossentropy()
+        metrics = [keras.metrics.SparseCategoricalAccuracy(name="accuracy")]
+    network.compile(
+        optimizer=keras.optimizers.Adam(learning_rate),
+        loss=loss,
+        metrics=metrics,
+        jit_compile=jit_compile,
+    )
+
+
+class ServingModule(tf.Module):
+    """What is exported: preprocessing, the network, and the three signatures."""
+
+    def __init__(self, features: FeatureSet, preprocessor: Preprocessor, network: keras.Model):
+        super().__init__(name="conveyor_model")
+        self._features = features
+        self.preprocessor = preprocessor
+        self.network = network
+
+    def _predict(self, raw: Mapping[str, tf.Tensor]) -> dict[str, tf.Tensor]:
+        output = self.network(self.preprocessor.vectorize(raw), training=False)
+        label = self._features.label
+        if label.task == "regression":
+            return {"predictions": output}
+        if label.is_binary:
+            class_ids = tf.cast(output[:, 0] > 0.5, tf.int64)
+        else:
+            class_ids = tf.argmax(output, axis=1)
+        return {
+            "probabilities": output,
+            "class_ids": class_ids,
+            "classes": tf.gather(self.preprocessor.classes, class_ids),
+        }
+
+    @tf.function
+    def serve_raw(self, **raw: tf.Tensor) -> dict[str, tf.Tensor]:
+        return self._predict(raw)
+
+    @tf.function
+    def serve_examples(self, examples: tf.Tensor) -> dict[str, tf.Tensor]:
+        raw = parse_examples(examples, self._features, with_label=False)
+        outputs = self._predict(raw)
+        outputs.pop("classes", None)  # TFMA reads numeric outputs only.
+        return outputs
+
+    @tf.function
+    def transform_features(self, examples: tf.Tensor) -> dict[str, tf.Tensor]:
+        """TFMA's preprocessing function: the encoded label, read as the evaluation label."""
+        label = self._features.label
+        only_label = FeatureSet(features=(), label=label)
+        parsed = parse_examples(examples, only_label, with_label=True)
+        return {label.name + LABEL_SUFFIX: self.preprocessor.encode_label(parsed[label.name])}
+
+    def signatures(self) -> dict[str, tf.types.experimental.ConcreteFunction]:
+        examples = tf.TensorSpec([None], tf.string, name="examples")
+        return {
+            "serving_default": self.serve_raw.get_concrete_function(
+                **raw_input_signature(self._features)
+            ),
+            "serving_examples": self.serve_examples.get_concrete_function(examples),
+            "transform_features": self.transform_features.get_concrete_function(examples),
+        }
+
+
+def export(module: ServingModule, path: str) -> None:
+    tf.saved_model.save(module, path, signatures=module.signatures())

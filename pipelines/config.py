@@ -1,0 +1,305 @@
+"""Loading a spec: defaults < pipeline spec < environment profile < `--set key.path=value`.
+
+Each layer is a YAML mapping merged key by key into the one below it. The loader remembers which
+file (or `--set`) supplied each key, so a validation error names the file and the key path that
+caused it, in one paragraph, instead of a pydantic traceback.
+"""
+
+from __future__ import annotations
+
+import csv
+import glob
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from pipelines.spec import PipelineSpec, SchemaSource
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+SPECS_DIR = PROJECT_ROOT / "pipelines" / "specs"
+CONFIGS_DIR = PROJECT_ROOT / "configs"
+
+# Profile keys that are not spec overlays: `pipelines.<name>` overlays one pipeline only.
+_PER_PIPELINE_KEY = "pipelines"
+
+
+class SpecError(ValueError):
+    """A pipeline spec, profile or override is invalid; the message names file and key."""
+
+
+@dataclass(frozen=True)
+class LoadedSpec:
+    """A validated spec together with where it came from."""
+
+    spec: PipelineSpec
+    env: str
+    sources: tuple[str, ...]
+
+
+def list_pipelines() -> list[str]:
+    return sorted(p.stem for p in SPECS_DIR.glob("*.yaml"))
+
+
+def list_profiles() -> list[str]:
+    return sorted(p.stem for p in CONFIGS_DIR.glob("*.yaml"))
+
+
+def _relative(path: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(PROJECT_ROOT))
+    except ValueError:
+        return str(path)
+
+
+class _DuplicateKeyLoader(yaml.SafeLoader):
+    """A YAML loader that refuses a key given twice in one mapping (YAML keeps the last)."""
+
+
+def _construct_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode, deep: bool = False):
+    seen = set()
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        if key in seen:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"duplicate key {key!r}", key_node.start_mark
+            )
+        seen.add(key)
+    return loader.construct_mapping(node, deep=deep)
+
+
+_DuplicateKeyLoader.add_constructor(
+    yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping
+)
+
+
+def read_yaml(path: Path) -> dict[str, Any]:
+    label = _relative(path)
+    if not path.is_file():
+        raise SpecError(f"{label}: no such file.")
+    try:
+        data = yaml.load(path.read_text(), Loader=_DuplicateKeyLoader)  # noqa: S506
+    except yaml.YAMLError as err:
+        raise SpecError(f"{label}: not valid YAML: {err}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise SpecError(f"{label}: expected a mapping at the top level, got {type(data).__name__}.")
+    return data
+
+
+def _merge(
+    base: dict[str, Any],
+    overlay: Mapping[str, Any],
+    source: str,
+    provenance: dict[tuple[str, ...], str],
+    prefix: tuple[str, ...] = (),
+) -> dict[str, Any]:
+    """Deep-merges `overlay` into a copy of `base`; mappings merge, everything else replaces."""
+    merged = dict(base)
+    for key, value in overlay.items():
+        path = (*prefix, str(key))
+        if isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
+            merged[key] = _merge(merged[key], value, source, provenance, path)
+        else:
+            merged[key] = value
+            provenance[path] = source
+            # A replaced subtree now comes wholly from this source.
+            for known in [p for p in provenance if p[: len(path)] == path and p != path]:
+                provenance[known] = source
+        provenance.setdefault(path, source)
+    return merged
+
+
+def parse_override(assignment: str) -> dict[str, Any]:
+    """Turns `trainer.train_steps=50` into `{'trainer': {'train_steps': 50}}` (value is YAML)."""
+    key, sep, raw = assignment.partition("=")
+    if not sep or not key.strip():
+        raise SpecError(f"--set {assignment!r}: expected key.path=value.")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError as err:
+        raise SpecError(f"--set {assignment!r}: the value is not valid YAML: {err}") from None
+    tree: dict[str, Any] = {}
+    node = tree
+    parts = key.strip().split(".")
+    for part in parts[:-1]:
+        node = node.setdefault(part, {})
+    node[parts[-1]] = value
+    return tree
+
+
+def _describe_error(error: Mapping[str, Any], provenance: Mapping[tuple[str, ...], str]) -> str:
+    loc = tuple(str(p) for p in error["loc"])
+    # pydantic reports the failing validator of a union/enum after the field; keep field names.
+    key_path = ".".join(loc) if loc else "(top level)"
+    source = None
+    for length in range(len(loc), -1, -1):
+        source = provenance.get(loc[:length])
+        if source:
+            break
+    where = f"{source}: " if source else ""
+    kind = error["type"]
+    if kind == "extra_forbidden":
+        return f"{where}{key_path}: unknown key."
+    if kind == "missing":
+        return f"{where}{key_path}: required key is missing."
+    message = error["msg"]
+    if message.startswith("Value error, "):
+        message = message[len("Value error, ") :]
+    given = error.get("input")
+    shown = "" if isinstance(given, dict | list) or given is None else f" (got {given!r})"
+    return f"{where}{key_path}: {message}{shown}."
+
+
+def _allowed_keys(model: type, loc: tuple[str, ...]) -> list[str] | None:
+    """Lists the keys a spec section accepts, to suggest them next to an unknown key."""
+    current: Any = model
+    for part in loc[:-1]:
+        fields = getattr(current, "model_fields", None)
+        if fields is None:
+            return None
+        field = next(
+            (f for name, f in fields.items() if name == part or f.alias == part), None
+        )
+        if field is None:
+            if part.isdigit():
+                continue
+            return None
+        annotation = field.annotation
+        current = _model_in(annotation)
+        if current is None:
+            return None
+    fields = getattr(current, "model_fields", None)
+    if not fields:
+        return None
+    return sorted(f.alias or name for name, f in fields.items())
+
+
+def _model_in(annotation: Any) -> type | None:
+    if isinstance(annotation, type) and hasattr(annotation, "model_fields"):
+        return annotation
+    for arg in getattr(annotation, "__args__", ()) or ():
+        found = _model_in(arg)
+        if found is not None:
+            return found
+    return None
+
+
+def validate_layers(layers: Iterable[tuple[str, Mapping[str, Any]]]) -> PipelineSpec:
+    """Merges (source, mapping) layers in order and validates the result."""
+    provenance: dict[tuple[str, ...], str] = {}
+    merged: dict[str, Any] = {}
+    for source, layer in layers:
+        merged = _merge(merged, layer, source, provenance)
+    try:
+        return PipelineSpec.model_validate(merged)
+    except ValidationError as err:
+        lines = []
+        for error in err.errors():
+            line = _describe_error(error, provenance)
+            if error["type"] == "extra_forbidden":
+                allowed = _allowed_keys(PipelineSpec, tuple(str(p) for p in error["loc"]))
+                if allowed:
+                    line = line[:-1] + f" (allowed here: {', '.join(allowed)})."
+            lines.append(line)
+        raise SpecError(" ".join(lines)) from None
+
+
+def load_spec(
+    name_or_path: str,
+    env: str = "local",
+    overrides: Iterable[str] = (),
+    workdir: Path | None = None,
+) -> LoadedSpec:
+    """Loads, layers and validates a pipeline spec.
+
+    Args:
+      name_or_path: a pipeline name under `pipelines/specs/` or a path to a YAML file.
+      env: the environment profile under `configs/`.
+      overrides: `key.path=value` strings applied last.
+      workdir: where relative data paths live; with it, an inferred schema's columns are
+        checked against the CSV header when the data already exists.
+
+    Raises:
+      SpecError: with the offending file and key path.
+    """
+    path = Path(name_or_path)
+    if not (path.suffix in (".yaml", ".yml") and path.exists()):
+        path = SPECS_DIR / f"{name_or_path}.yaml"
+        if not path.exists():
+            raise SpecError(
+                f"unknown pipeline {name_or_path!r}: no {_relative(path)} "
+                f"(known pipelines: {', '.join(list_pipelines()) or 'none'})."
+            )
+    spec_layer = read_yaml(path)
+    profile_path = CONFIGS_DIR / f"{env}.yaml"
+    if not profile_path.exists():
+        raise SpecError(
+            f"unknown environment profile {env!r}: no {_relative(profile_path)} "
+            f"(known profiles: {', '.join(list_profiles())})."
+        )
+    profile = read_yaml(profile_path)
+    per_pipeline = profile.pop(_PER_PIPELINE_KEY, {}) or {}
+    if not isinstance(per_pipeline, dict):
+        raise SpecError(f"{_relative(profile_path)}: {_PER_PIPELINE_KEY}: expected a mapping.")
+    layers: list[tuple[str, Mapping[str, Any]]] = [
+        (_relative(path), spec_layer),
+        (_relative(profile_path), profile),
+        (f"{_relative(profile_path)} ({_PER_PIPELINE_KEY}.{spec_layer.get('name')})",
+         per_pipeline.get(spec_layer.get("name"), {}) or {}),
+    ]
+    layers += [(f"--set {o}", parse_override(o)) for o in overrides]
+    spec = validate_layers(layers)
+    check_columns(spec, _relative(path), workdir)
+    return LoadedSpec(spec=spec, env=env, sources=tuple(source for source, _ in layers))
+
+
+def schema_columns(schema_path: Path) -> list[str]:
+    """Feature names of a curated schema.pbtxt (tensorflow_metadata only, no TensorFlow)."""
+    from google.protobuf import text_format
+    from tensorflow_metadata.proto.v0 import schema_pb2
+
+    schema = schema_pb2.Schema()
+    try:
+        text_format.Parse(schema_path.read_text(), schema)
+    except text_format.ParseError as err:
+        raise SpecError(f"{_relative(schema_path)}: not a valid Schema proto: {err}") from None
+    return [feature.name for feature in schema.feature]
+
+
+def csv_columns(input_dir: Path) -> tuple[str, list[str]] | None:
+    """The header of the first CSV in `input_dir`, or None when there is no data yet."""
+    files = sorted(glob.glob(os.path.join(input_dir, "*.csv")))
+    if not files:
+        return None
+    with open(files[0], newline="") as handle:
+        header = next(csv.reader(handle), [])
+    return files[0], header
+
+
+def check_columns(spec: PipelineSpec, spec_label: str, workdir: Path | None = None) -> None:
+    """Every label and feature column the trainer needs exists in the schema (or the data)."""
+    needed = [("trainer.label", spec.trainer.label)] + [
+        (f"trainer.features[{i}].name", f.name) for i, f in enumerate(spec.trainer.features)
+    ]
+    if spec.schema_.source is SchemaSource.FILE:
+        schema_path = PROJECT_ROOT / str(spec.schema_.path)
+        if not schema_path.is_file():
+            raise SpecError(f"{spec_label}: schema.path: no such file {spec.schema_.path!r}.")
+        columns, origin = schema_columns(schema_path), _relative(schema_path)
+    else:
+        found = csv_columns(Path(workdir or ".") / spec.data.input_dir) if workdir else None
+        if found is None:
+            return  # Nothing to check against until the data exists; the data gate checks later.
+        origin, columns = found
+    for key, column in needed:
+        if column not in columns:
+            raise SpecError(
+                f"{spec_label}: {key}: column {column!r} is not in {origin} "
+                f"(columns: {', '.join(columns)})."
+            )

@@ -1,0 +1,64 @@
+"""`conveyor data NAME`: writes a pipeline's input CSV from a file an installed package ships.
+
+Nothing is downloaded. Missing values are written as empty fields, which TFX's CSV decoding
+reads as absent features (a literal "NA" would turn a numeric column into a string column).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+from pipelines.spec import PipelineSpec
+
+
+class DataPreparationError(ValueError):
+    """The spec's `data.prepare` section cannot produce the input CSV."""
+
+
+def packaged_file(package: str, relative_path: str) -> Path:
+    found = importlib.util.find_spec(package)
+    if found is None or not found.submodule_search_locations:
+        raise DataPreparationError(f"data.prepare.package: package {package!r} is not installed.")
+    path = Path(next(iter(found.submodule_search_locations))) / relative_path
+    if not path.is_file():
+        raise DataPreparationError(
+            f"data.prepare.path: {relative_path!r} is not a file in package {package!r} ({path})."
+        )
+    return path
+
+
+def prepare(spec: PipelineSpec, input_dir: Path) -> Path:
+    """Writes `data.prepare` of the spec into `input_dir`; returns the CSV written."""
+    import pandas as pd
+
+    recipe = spec.data.prepare
+    if recipe is None:
+        raise DataPreparationError(
+            f"{spec.name}: the spec has no data.prepare section; put CSV files in "
+            f"{spec.data.input_dir} yourself."
+        )
+    source = packaged_file(recipe.package, recipe.path)
+    frame = pd.read_csv(source, nrows=recipe.rows)
+    for column, expression in recipe.derive.items():
+        try:
+            derived = frame.eval(expression)
+        except Exception as err:  # pandas raises many kinds for a bad expression
+            raise DataPreparationError(
+                f"data.prepare.derive.{column}: cannot evaluate {expression!r} over {source}: {err}"
+            ) from None
+        frame[column] = derived.astype(int) if derived.dtype == bool else derived
+    if recipe.columns:
+        missing = [c for c in recipe.columns if c not in frame.columns]
+        if missing:
+            raise DataPreparationError(
+                f"data.prepare.columns: {missing} not in {source} "
+                f"(columns: {', '.join(frame.columns)})."
+            )
+        frame = frame[list(recipe.columns)]
+    input_dir.mkdir(parents=True, exist_ok=True)
+    target = input_dir / recipe.filename
+    partial = target.with_suffix(".partial")
+    frame.to_csv(partial, index=False)
+    partial.replace(target)  # A reader never sees a half-written CSV.
+    return target

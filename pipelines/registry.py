@@ -1,0 +1,297 @@
+"""Component registry: a spec's component `type` -> the function that builds that TFX node.
+
+Each builder takes the BuildContext, reads the channels it needs by role (`examples`, `schema`,
+`model`...), adds its node and publishes its own outputs by role. The spec's `components` list
+is the pipeline's order; enabling or removing a component is a change to that list, never to
+code. Builders import TFX inside their bodies so that `pipelines.registry` itself stays cheap to
+import (the command line lists and validates without TensorFlow).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pipelines.spec import PipelineSpec, SchemaSource
+
+TRAINER_RUN_FN = "components.trainer.run.run_fn"
+CODE_PACKAGES = ("components",)
+
+
+class BuildError(ValueError):
+    """The spec's components cannot be wired together; the message says which and why."""
+
+
+@dataclass(frozen=True)
+class RunPaths:
+    """Absolute locations of one pipeline's inputs and outputs under a working directory."""
+
+    workdir: Path
+    spec: PipelineSpec
+
+    @property
+    def input_dir(self) -> Path:
+        return self.workdir / self.spec.data.input_dir
+
+    @property
+    def pipeline_root(self) -> Path:
+        return self.workdir / "pipeline_root" / self.spec.name
+
+    @property
+    def serving_dir(self) -> Path:
+        """TF Serving's model base path: versions appear as `<serving_dir>/<n>/`."""
+        return self.workdir / self.spec.push.base_dir / self.spec.push.model_name
+
+    @property
+    def metadata_path(self) -> Path:
+        return self.workdir / self.spec.runtime.metadata.path
+
+    @property
+    def runs_dir(self) -> Path:
+        return self.workdir / "runs" / self.spec.name
+
+
+@dataclass
+class BuildContext:
+    spec: PipelineSpec
+    paths: RunPaths
+    channels: dict[str, Any] = field(default_factory=dict)
+    nodes: list[Any] = field(default_factory=list)
+    gates: list[Any] = field(default_factory=list)
+
+    def need(self, role: str, component_id: str) -> Any:
+        if role not in self.channels:
+            providers = sorted(t for t, b in BUILDERS.items() if role in b.provides)
+            raise BuildError(
+                f"component {component_id!r} needs {role!r}, which no earlier component "
+                f"provides; list one of {providers} before it in `components`."
+            )
+        return self.channels[role]
+
+
+@dataclass(frozen=True)
+class ComponentBuilder:
+    build: Callable[[BuildContext, str], None]
+    provides: tuple[str, ...]
+
+
+def code_version() -> str:
+    """Digest of Conveyor's component code: a code change invalidates the Trainer's cache."""
+    digest = hashlib.sha256()
+    root = Path(__file__).resolve().parent.parent
+    for package in CODE_PACKAGES:
+        for path in sorted((root / package).rglob("*.py")):
+            if "tests" in path.parts:
+                continue
+            digest.update(str(path.relative_to(root)).encode())
+            digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def _example_gen(ctx: BuildContext, node_id: str) -> None:
+    from tfx import v1 as tfx
+
+    splits = [
+        tfx.proto.SplitConfig.Split(name=name, hash_buckets=buckets)
+        for name, buckets in ctx.spec.data.splits.items()
+    ]
+    node = tfx.components.CsvExampleGen(
+        input_base=str(ctx.paths.input_dir),
+        output_config=tfx.proto.Output(split_config=tfx.proto.SplitConfig(splits=splits)),
+    ).with_id(node_id)
+    ctx.nodes.append(node)
+    ctx.channels["examples"] = node.outputs["examples"]
+
+
+def _statistics_gen(ctx: BuildContext, node_id: str) -> None:
+    from tfx import v1 as tfx
+
+    node = tfx.components.StatisticsGen(examples=ctx.need("examples", node_id)).with_id(node_id)
+    ctx.nodes.append(node)
+    ctx.channels["statistics"] = node.outputs["statistics"]
+
+
+def _schema_gen(ctx: BuildContext, node_id: str) -> None:
+    from tfx import v1 as tfx
+
+    from pipelines.config import PROJECT_ROOT
+
+    if ctx.spec.schema_.source is SchemaSource.FILE:
+        node = tfx.components.ImportSchemaGen(
+            schema_file=str(PROJECT_ROOT / str(ctx.spec.schema_.path))
+        )
+    else:
+        node = tfx.components.SchemaGen(
+            statistics=ctx.need("statistics", node_id), infer_feature_shape=False
+        )
+    node = node.with_id(node_id)
+    ctx.nodes.append(node)
+    ctx.channels["schema"] = node.outputs["schema"]
+
+
+def _example_validator(ctx: BuildContext, node_id: str) -> None:
+    from tfx import v1 as tfx
+
+    node = tfx.components.ExampleValidator(
+        statistics=ctx.need("statistics", node_id), schema=ctx.need("schema", node_id)
+    ).with_id(node_id)
+    ctx.nodes.append(node)
+    ctx.channels["anomalies"] = node.outputs["anomalies"]
+
+
+def _data_gate(ctx: BuildContext, node_id: str) -> None:
+    from components.data_gate.component import DataGate
+
+    node = DataGate(
+        anomalies=ctx.need("anomalies", node_id), input_base=str(ctx.paths.input_dir)
+    ).with_id(node_id)
+    ctx.nodes.append(node)
+    ctx.gates.append(node)
+
+
+def _trainer(ctx: BuildContext, node_id: str) -> None:
+    from tfx import v1 as tfx
+
+    from components.trainer.component import Trainer
+
+    trainer = ctx.spec.trainer
+    node = Trainer(
+        examples=ctx.need("examples", node_id),
+        schema=ctx.need("schema", node_id),
+        statistics=ctx.need("statistics", node_id),
+        run_fn=TRAINER_RUN_FN,
+        train_args=tfx.proto.TrainArgs(num_steps=trainer.train_steps),
+        eval_args=tfx.proto.EvalArgs(num_steps=trainer.eval_steps),
+        custom_config={
+            "trainer": trainer.model_dump(mode="json"),
+            "code_version": code_version(),
+        },
+    ).with_id(node_id)
+    for gate in ctx.gates:  # a gate that fails stops the run before any training
+        node.add_upstream_node(gate)
+    ctx.nodes.append(node)
+    ctx.channels["model"] = node.outputs["model"]
+
+
+def _baseline_resolver(ctx: BuildContext, node_id: str) -> None:
+    from tfx import v1 as tfx
+
+    from components.baseline import strategy
+
+    node = tfx.dsl.Resolver(
+        strategy_class=strategy.ServedModelStrategy,
+        **{
+            strategy.CANDIDATE_KEY: ctx.need("model", node_id),
+            strategy.MODEL_KEY: tfx.dsl.Channel(type=tfx.types.standard_artifacts.Model),
+            strategy.PUSH_KEY: tfx.dsl.Channel(type=tfx.types.standard_artifacts.PushedModel),
+        },
+    ).with_id(node_id)
+    ctx.nodes.append(node)
+    ctx.channels["baseline_model"] = node.outputs[strategy.MODEL_KEY]
+
+
+def eval_config(spec: PipelineSpec):
+    """The TFMA EvalConfig the spec's `evaluation` section describes."""
+    import tensorflow_model_analysis as tfma
+
+    from components.trainer.model import LABEL_SUFFIX, PREDICTION_KEY
+
+    metrics = []
+    for metric in spec.evaluation.metrics:
+        threshold = tfma.MetricThreshold()
+        bounds = {}
+        if metric.lower_bound is not None:
+            bounds["lower_bound"] = {"value": metric.lower_bound}
+        if metric.upper_bound is not None:
+            bounds["upper_bound"] = {"value": metric.upper_bound}
+        if bounds:
+            threshold.value_threshold.CopyFrom(tfma.GenericValueThreshold(**bounds))
+        if metric.change is not None:
+            change = tfma.GenericChangeThreshold(
+                direction=(
+                    tfma.MetricDirection.HIGHER_IS_BETTER
+                    if metric.change.direction.value == "higher_is_better"
+                    else tfma.MetricDirection.LOWER_IS_BETTER
+                )
+            )
+            if metric.change.absolute is not None:
+                change.absolute.value = metric.change.absolute
+            if metric.change.relative is not None:
+                change.relative.value = metric.change.relative
+            threshold.change_threshold.CopyFrom(change)
+        gated = bounds or metric.change is not None
+        metrics.append(
+            tfma.MetricConfig(class_name=metric.name, threshold=threshold if gated else None)
+        )
+    return tfma.EvalConfig(
+        model_specs=[
+            tfma.ModelSpec(
+                signature_name="serving_examples",
+                label_key=spec.trainer.label + LABEL_SUFFIX,
+                prediction_key=PREDICTION_KEY[spec.trainer.task.value],
+                preprocessing_function_names=["transform_features"],
+            )
+        ],
+        slicing_specs=[tfma.SlicingSpec(feature_keys=list(s)) for s in spec.evaluation.slices],
+        metrics_specs=[tfma.MetricsSpec(metrics=metrics)],
+    )
+
+
+def _evaluator(ctx: BuildContext, node_id: str) -> None:
+    from tfx import v1 as tfx
+
+    node = tfx.components.Evaluator(
+        examples=ctx.need("examples", node_id),
+        model=ctx.need("model", node_id),
+        baseline_model=ctx.channels.get("baseline_model"),
+        eval_config=eval_config(ctx.spec),
+    ).with_id(node_id)
+    ctx.nodes.append(node)
+    ctx.channels["blessing"] = node.outputs["blessing"]
+
+
+def _pusher(ctx: BuildContext, node_id: str) -> None:
+    from tfx import v1 as tfx
+
+    from components.pusher.component import Pusher
+
+    base = str(ctx.paths.serving_dir)
+    node = Pusher(
+        model=ctx.need("model", node_id),
+        model_blessing=ctx.need("blessing", node_id),
+        push_destination=tfx.proto.PushDestination(
+            filesystem=tfx.proto.PushDestination.Filesystem(base_directory=base)
+        ),
+        custom_config={
+            "serving_base_dir": base,
+            "first_run_policy": ctx.spec.evaluation.first_run.value,
+        },
+    ).with_id(node_id)
+    ctx.nodes.append(node)
+    ctx.channels["pushed_model"] = node.outputs["pushed_model"]
+
+
+BUILDERS: dict[str, ComponentBuilder] = {
+    "csv_example_gen": ComponentBuilder(_example_gen, ("examples",)),
+    "statistics_gen": ComponentBuilder(_statistics_gen, ("statistics",)),
+    "schema_gen": ComponentBuilder(_schema_gen, ("schema",)),
+    "example_validator": ComponentBuilder(_example_validator, ("anomalies",)),
+    "data_gate": ComponentBuilder(_data_gate, ()),
+    "trainer": ComponentBuilder(_trainer, ("model",)),
+    "baseline_resolver": ComponentBuilder(_baseline_resolver, ("baseline_model",)),
+    "evaluator": ComponentBuilder(_evaluator, ("blessing",)),
+    "pusher": ComponentBuilder(_pusher, ("pushed_model",)),
+}
+
+KNOWN_TYPES = tuple(BUILDERS)
+
+
+def build_nodes(spec: PipelineSpec, paths: RunPaths) -> list[Any]:
+    """The TFX nodes of the spec's `components`, in order, wired by role."""
+    ctx = BuildContext(spec=spec, paths=paths)
+    for component in spec.components:
+        BUILDERS[component.type].build(ctx, component.id)
+    return ctx.nodes

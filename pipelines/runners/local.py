@@ -1,0 +1,195 @@
+"""Local runner: LocalDagRunner over the built pipeline, with progress and a summary.
+
+It adds only what running locally needs: a run id it knows in advance (so the resolved spec
+and the summary land in `<workdir>/runs/<pipeline>/<run id>/`), live per-component progress,
+and a final answer read back from ML Metadata: the version pushed, or exactly why none was.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import json
+import logging
+import os
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import yaml
+
+from pipelines.config import LoadedSpec
+from pipelines.metadata import NodeRecord, find_run, open_store
+from pipelines.registry import RunPaths
+
+
+@dataclass
+class RunResult:
+    run_id: str
+    pipeline: str
+    outcome: str  # pushed / not_pushed / blocked / failed
+    message: str
+    pushed_version: str | None = None
+    pushed_path: str | None = None
+    nodes: list[NodeRecord] = field(default_factory=list)
+    run_dir: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.outcome in ("pushed", "not_pushed")
+
+
+class _ProgressHandler(logging.Handler):
+    """Turns the runner's log lines into one progress line per component."""
+
+    def __init__(self, echo: Callable[[str], None]):
+        super().__init__(level=logging.INFO)
+        self._echo = echo
+        self._node: str | None = None
+        self._started = 0.0
+        self._state = "executed"
+        self.timings: dict[str, float] = {}
+
+    def emit(self, record: logging.LogRecord) -> None:
+        template, args = str(record.msg), record.args or ()
+        if template == "Component %s is running.":
+            # Stays "resolved" for nodes that only resolve inputs (the baseline resolver).
+            self._node, self._started, self._state = str(args[0]), time.perf_counter(), "resolved"
+        elif template.startswith("A cached execution"):
+            self._state = "cached"
+        elif template.startswith("Going to run a new execution"):
+            self._state = "executed"
+        elif template == "Component %s is finished." and self._node:
+            seconds = time.perf_counter() - self._started
+            self.timings[self._node] = seconds
+            self._echo(f"  {self._node:<22} {self._state:<9} {seconds:6.1f}s")
+            self._node = None
+
+    def interrupted(self) -> None:
+        if self._node:
+            seconds = time.perf_counter() - self._started
+            self.timings[self._node] = seconds
+            self._echo(f"  {self._node:<22} {'failed':<9} {seconds:6.1f}s")
+
+
+@contextlib.contextmanager
+def _captured_logs(progress: logging.Handler, log_file: Path):
+    """TFX logs through absl at INFO: full log to the run's file, warnings to stderr."""
+    from absl import logging as absl_logging
+
+    absl_logger = logging.getLogger("absl")
+    saved = absl_logging.get_verbosity(), absl_logger.propagate
+    to_file = logging.FileHandler(log_file)
+    to_file.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+    to_stderr = logging.StreamHandler()
+    to_stderr.setLevel(logging.ERROR)
+    handlers = (progress, to_file, to_stderr)
+    # Through absl's verbosity flag, not the logger: TensorFlow's saving code restores the
+    # flag's value onto the logger after silencing it.
+    absl_logging.set_verbosity(absl_logging.INFO)
+    absl_logger.propagate = False
+    for handler in handlers:
+        absl_logger.addHandler(handler)
+    try:
+        yield
+    finally:
+        for handler in handlers:
+            absl_logger.removeHandler(handler)
+        to_file.close()
+        absl_logging.set_verbosity(saved[0])
+        absl_logger.propagate = saved[1]
+
+
+def new_run_id(pipeline: str) -> str:
+    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ")
+    return f"{pipeline}-{stamp}"
+
+
+def _quiet_libraries() -> None:
+    import warnings
+
+    # google-api-core warns once per module about Python 3.10, which TFX 1.16 requires.
+    warnings.filterwarnings("ignore", category=FutureWarning)
+    # Level 3: TF's C++ start-up logs (CUDA plugin registration on a CPU machine) are noise;
+    # failures still surface as Python exceptions.
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    # TFMA 0.47 and TFX's Keras paths expect Keras 2 (tf-keras), not TF 2.16's Keras 3.
+    os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+
+
+def run(loaded: LoadedSpec, workdir: Path, echo: Callable[[str], None] = print) -> RunResult:
+    """Runs the spec's pipeline with LocalDagRunner under `workdir`; never raises for a failed
+    component (the result says what failed), only for errors before the run starts."""
+    _quiet_libraries()
+    from tfx.dsl.compiler import compiler, constants
+    from tfx.orchestration.local.local_dag_runner import LocalDagRunner
+    from tfx.orchestration.portable import runtime_parameter_utils
+
+    from pipelines.builder import build_pipeline
+
+    spec = loaded.spec
+    paths = RunPaths(workdir=Path(workdir).resolve(), spec=spec)
+    run_id = new_run_id(spec.name)
+    run_dir = paths.runs_dir / run_id
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "resolved_spec.yaml").write_text(
+        f"# {spec.name} as run {run_id} (profile {loaded.env}; layers: "
+        f"{', '.join(loaded.sources)})\n" + yaml.safe_dump(spec.to_yaml_dict(), sort_keys=False)
+    )
+    echo(f"run {run_id}  (profile {loaded.env}, workdir {paths.workdir})")
+
+    ir = compiler.Compiler().compile(build_pipeline(spec, paths.workdir))
+    runtime_parameter_utils.substitute_runtime_parameter(
+        ir, {constants.PIPELINE_RUN_ID_PARAMETER_NAME: run_id}
+    )
+    progress = _ProgressHandler(echo)
+    failure: Exception | None = None
+    with _captured_logs(progress, run_dir / "run.log"):
+        try:
+            LocalDagRunner().run_with_ir(ir)
+        except Exception as err:  # a component failed: report it, keep the served model as is
+            progress.interrupted()
+            failure = err
+
+    result = _summarise(spec.name, run_id, paths, failure, progress.timings)
+    result.run_dir = str(run_dir)
+    (run_dir / "summary.json").write_text(json.dumps(asdict(result), indent=2))
+    return result
+
+
+def _summarise(
+    pipeline: str,
+    run_id: str,
+    paths: RunPaths,
+    failure: Exception | None,
+    timings: dict[str, float],
+) -> RunResult:
+    store = open_store(paths.spec, paths.metadata_path)
+    record = find_run(store, run_id) if store is not None else None
+    nodes = record.nodes if record else []
+    for node in nodes:  # wall-clock from the runner beats MLMD's millisecond stamps
+        node.seconds = round(timings.get(node.node_id, node.seconds), 2)
+    if failure is not None:
+        from components.data_gate.component import DataGateError
+
+        blocked = isinstance(failure, DataGateError)
+        return RunResult(
+            run_id=run_id,
+            pipeline=pipeline,
+            outcome="blocked" if blocked else "failed",
+            message=str(failure) if blocked else f"{type(failure).__name__}: {failure}",
+            nodes=nodes,
+        )
+    if record and record.pushed_version:
+        path = paths.serving_dir / record.pushed_version
+        return RunResult(
+            run_id, pipeline, "pushed", f"pushed version {record.pushed_version} to {path}",
+            record.pushed_version, str(path), nodes,
+        )
+    reason = (record.push_reason if record else None) or (
+        "every component was a cache hit: same data, spec and code as an earlier run"
+        if nodes and not any(n.state == "executed" for n in nodes)
+        else "the Pusher did not run"
+    )
+    return RunResult(run_id, pipeline, "not_pushed", f"nothing pushed: {reason}", nodes=nodes)

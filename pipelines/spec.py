@@ -1,0 +1,301 @@
+"""The declarative pipeline definition: typed, strict, frozen models of a pipeline spec.
+
+A spec is read from `pipelines/specs/<name>.yaml`, layered with an environment profile from
+`configs/<env>.yaml` and `--set key.path=value` overrides (see `pipelines.config`), and then
+validated here. Every model forbids unknown keys and is frozen, so a validated spec cannot drift
+between the builder, the runner and the report written next to the run's outputs.
+
+This module imports no TensorFlow or TFX: the command line validates specs in well under a second.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+Identifier = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
+
+
+class StrictModel(BaseModel):
+    """Base of every spec model: unknown keys are errors and instances are immutable."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class PrepareSpec(StrictModel):
+    """How `conveyor data NAME` writes the pipeline's input CSV from a file a package ships.
+
+    Nothing is downloaded: the source is a file inside an installed Python package.
+    """
+
+    package: str = Field(description="Installed Python package that ships the CSV.")
+    path: str = Field(description="Path of the CSV inside the package.")
+    columns: tuple[str, ...] = Field(
+        default=(), description="Columns to keep, in order (all when empty)."
+    )
+    derive: dict[Identifier, str] = Field(
+        default_factory=dict,
+        description="New columns from pandas expressions over the source columns.",
+    )
+    rows: int | None = Field(default=None, gt=0, description="Keep only the first N rows.")
+    filename: str = Field(default="data.csv", description="File written into data.input_dir.")
+
+
+class DataSpec(StrictModel):
+    input_dir: str = Field(description="Directory of CSV files; relative paths are under workdir.")
+    splits: dict[Identifier, Annotated[int, Field(gt=0)]] = Field(
+        default_factory=lambda: {"train": 2, "eval": 1},
+        description="Split name to hash-bucket count; needs `train` and `eval`.",
+    )
+    prepare: PrepareSpec | None = None
+
+    @field_validator("splits")
+    @classmethod
+    def _train_and_eval(cls, splits: dict[str, int]) -> dict[str, int]:
+        missing = {"train", "eval"} - set(splits)
+        if missing:
+            raise ValueError(f"splits must include {sorted(missing)} (got {sorted(splits)})")
+        return splits
+
+
+class SchemaSource(str, enum.Enum):
+    FILE = "file"
+    INFER = "infer"
+
+
+class SchemaSpec(StrictModel):
+    source: SchemaSource = SchemaSource.INFER
+    path: str | None = Field(
+        default=None, description="Curated schema.pbtxt, relative to the project root."
+    )
+
+    @model_validator(mode="after")
+    def _path_for_file(self) -> SchemaSpec:
+        if self.source is SchemaSource.FILE and not self.path:
+            raise ValueError("schema.path is required when schema.source is 'file'")
+        return self
+
+
+class FeatureKind(str, enum.Enum):
+    NUMERIC = "numeric"
+    CATEGORICAL = "categorical"
+
+
+class FeatureSpec(StrictModel):
+    name: Identifier
+    kind: FeatureKind
+    max_vocabulary: int = Field(
+        default=1000, gt=0, description="Categorical strings: most frequent values kept."
+    )
+    hash_buckets: int = Field(
+        default=64, gt=0, description="Categorical integers: buckets they are hashed into."
+    )
+
+
+class Task(str, enum.Enum):
+    CLASSIFICATION = "classification"
+    REGRESSION = "regression"
+
+
+class Strategy(str, enum.Enum):
+    DEFAULT = "default"
+    MIRRORED = "mirrored"
+    MULTI_WORKER = "multi_worker"
+
+
+class TrainerSpec(StrictModel):
+    label: Identifier
+    task: Task = Task.CLASSIFICATION
+    features: tuple[FeatureSpec, ...] = Field(min_length=1)
+    hidden_units: tuple[Annotated[int, Field(gt=0)], ...] = (32, 16)
+    dropout: float = Field(default=0.0, ge=0.0, lt=1.0)
+    train_steps: int = Field(default=500, gt=0)
+    eval_steps: int = Field(default=20, gt=0)
+    batch_size: int = Field(default=64, gt=0, description="Global batch size.")
+    learning_rate: float = Field(default=0.01, gt=0.0)
+    distribution: Strategy = Strategy.DEFAULT
+    jit_compile: bool = False
+    seed: int = 42
+
+    @model_validator(mode="after")
+    def _label_not_a_feature(self) -> TrainerSpec:
+        names = [f.name for f in self.features]
+        if self.label in names:
+            raise ValueError(f"label {self.label!r} is also listed as a feature")
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise ValueError(f"features listed twice: {duplicates}")
+        return self
+
+
+class Direction(str, enum.Enum):
+    HIGHER_IS_BETTER = "higher_is_better"
+    LOWER_IS_BETTER = "lower_is_better"
+
+
+class ChangeThreshold(StrictModel):
+    """Gate against the model currently served: candidate minus baseline must pass."""
+
+    direction: Direction = Direction.HIGHER_IS_BETTER
+    absolute: float | None = None
+    relative: float | None = None
+
+    @model_validator(mode="after")
+    def _some_bound(self) -> ChangeThreshold:
+        if self.absolute is None and self.relative is None:
+            raise ValueError("a change threshold needs `absolute` or `relative`")
+        return self
+
+
+class MetricSpec(StrictModel):
+    name: str = Field(description="A TFMA / Keras metric class name, e.g. AUC.")
+    lower_bound: float | None = None
+    upper_bound: float | None = None
+    change: ChangeThreshold | None = None
+
+
+class FirstRunPolicy(str, enum.Enum):
+    """What the model gate does when no model has been served yet (no baseline)."""
+
+    BLESS_ON_VALUE_THRESHOLDS = "bless_on_value_thresholds"
+    REQUIRE_MANUAL_BLESS = "require_manual_bless"
+
+
+class EvaluationSpec(StrictModel):
+    metrics: tuple[MetricSpec, ...] = Field(min_length=1)
+    slices: tuple[tuple[Identifier, ...], ...] = Field(
+        default=((),), description="Feature-column lists to slice by; [] is the overall slice."
+    )
+    first_run: FirstRunPolicy = FirstRunPolicy.BLESS_ON_VALUE_THRESHOLDS
+
+    @model_validator(mode="after")
+    def _gated(self) -> EvaluationSpec:
+        if not any(
+            m.lower_bound is not None or m.upper_bound is not None or m.change
+            for m in self.metrics
+        ):
+            raise ValueError(
+                "at least one metric needs a threshold, or no model would ever be blessed"
+            )
+        return self
+
+
+class PushSpec(StrictModel):
+    base_dir: str = Field(description="TF Serving model base path; relative paths are under workdir.")
+    model_name: Identifier
+
+
+class MetadataKind(str, enum.Enum):
+    SQLITE = "sqlite"
+    MYSQL = "mysql"
+
+
+class MetadataSpec(StrictModel):
+    kind: MetadataKind = MetadataKind.SQLITE
+    path: str = Field(default="metadata.sqlite", description="SQLite file, relative to workdir.")
+    host: str | None = None
+    port: int | None = None
+    database: str | None = None
+    user: str | None = None
+    password_env: str | None = Field(
+        default=None, description="Name of the environment variable holding the password."
+    )
+
+    @model_validator(mode="after")
+    def _mysql_fields(self) -> MetadataSpec:
+        if self.kind is MetadataKind.MYSQL:
+            missing = [k for k in ("host", "port", "database", "user") if not getattr(self, k)]
+            if missing:
+                raise ValueError(f"metadata.kind 'mysql' needs {missing}")
+        return self
+
+
+class RuntimeSpec(StrictModel):
+    """Where and how a run executes; profiles in `configs/` set these."""
+
+    enable_cache: bool = True
+    metadata: MetadataSpec = MetadataSpec()
+    beam_args: tuple[str, ...] = ("--direct_running_mode=in_memory", "--direct_num_workers=1")
+    logical_cpu_devices: int = Field(
+        default=0, ge=0, description="Split the CPU into N logical devices (tests of mirrored)."
+    )
+
+
+# The reference chain; a spec's `components` may reorder, drop or repeat these types.
+DEFAULT_COMPONENTS = (
+    "csv_example_gen",
+    "statistics_gen",
+    "schema_gen",
+    "example_validator",
+    "data_gate",
+    "trainer",
+    "baseline_resolver",
+    "evaluator",
+    "pusher",
+)
+
+
+class ComponentRef(StrictModel):
+    """One node of the pipeline: a registered component type and the node id it runs under."""
+
+    type: str
+    id: Identifier | None = None
+
+    @field_validator("type")
+    @classmethod
+    def _registered(cls, value: str) -> str:
+        from pipelines.registry import KNOWN_TYPES
+
+        if value not in KNOWN_TYPES:
+            raise ValueError(f"unknown component type {value!r} (known: {', '.join(KNOWN_TYPES)})")
+        return value
+
+    @model_validator(mode="after")
+    def _default_id(self) -> ComponentRef:
+        if self.id is None:
+            object.__setattr__(self, "id", self.type)
+        return self
+
+
+class PipelineSpec(StrictModel):
+    """A whole pipeline definition, as validated from YAML."""
+
+    name: Identifier
+    description: str = ""
+    data: DataSpec
+    schema_: SchemaSpec = Field(default=SchemaSpec(), alias="schema")
+    trainer: TrainerSpec
+    evaluation: EvaluationSpec
+    push: PushSpec
+    components: tuple[ComponentRef, ...] = Field(
+        default_factory=lambda: tuple(ComponentRef(type=t) for t in DEFAULT_COMPONENTS)
+    )
+    runtime: RuntimeSpec = RuntimeSpec()
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    @model_validator(mode="after")
+    def _unique_node_ids(self) -> PipelineSpec:
+        ids = [c.id for c in self.components]
+        repeated = sorted({i for i in ids if ids.count(i) > 1})
+        if repeated:
+            raise ValueError(f"components: node ids must be unique, repeated: {repeated}")
+        return self
+
+    @model_validator(mode="after")
+    def _slices_are_columns(self) -> PipelineSpec:
+        known = {f.name for f in self.trainer.features}
+        for columns in self.evaluation.slices:
+            unknown = [c for c in columns if c not in known]
+            if unknown:
+                raise ValueError(
+                    f"evaluation.slices names {unknown}, which are not trainer features "
+                    f"({sorted(known)})"
+                )
+        return self
+
+    def to_yaml_dict(self) -> dict:
+        """The resolved spec as plain data, keyed as in the YAML files."""
+        return self.model_dump(mode="json", by_alias=True)
