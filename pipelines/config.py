@@ -190,14 +190,27 @@ def _model_in(annotation: Any) -> type | None:
     return None
 
 
-def validate_layers(layers: Iterable[tuple[str, Mapping[str, Any]]]) -> PipelineSpec:
+class Provenance(dict):
+    """Maps a key path to the file (or `--set`) that supplied it."""
+
+    def source_of(self, dotted_key: str) -> str:
+        parts = tuple(dotted_key.replace("[", ".").replace("]", "").split("."))
+        for length in range(len(parts), 0, -1):
+            if parts[:length] in self:
+                return self[parts[:length]]
+        return "(defaults)"
+
+
+def validate_layers(
+    layers: Iterable[tuple[str, Mapping[str, Any]]],
+) -> tuple[PipelineSpec, Provenance]:
     """Merges (source, mapping) layers in order and validates the result."""
-    provenance: dict[tuple[str, ...], str] = {}
+    provenance = Provenance()
     merged: dict[str, Any] = {}
     for source, layer in layers:
         merged = _merge(merged, layer, source, provenance)
     try:
-        return PipelineSpec.model_validate(merged)
+        return PipelineSpec.model_validate(merged), provenance
     except ValidationError as err:
         lines = []
         for error in err.errors():
@@ -254,8 +267,8 @@ def load_spec(
          per_pipeline.get(spec_layer.get("name"), {}) or {}),
     ]
     layers += [(f"--set {o}", parse_override(o)) for o in overrides]
-    spec = validate_layers(layers)
-    check_columns(spec, _relative(path), workdir)
+    spec, provenance = validate_layers(layers)
+    check_columns(spec, provenance, workdir)
     return LoadedSpec(spec=spec, env=env, sources=tuple(source for source, _ in layers))
 
 
@@ -282,7 +295,9 @@ def csv_columns(input_dir: Path) -> tuple[str, list[str]] | None:
     return files[0], header
 
 
-def check_columns(spec: PipelineSpec, spec_label: str, workdir: Path | None = None) -> None:
+def check_columns(
+    spec: PipelineSpec, provenance: Provenance, workdir: Path | None = None
+) -> None:
     """Every label and feature column the trainer needs exists in the schema (or the data)."""
     needed = [("trainer.label", spec.trainer.label)] + [
         (f"trainer.features[{i}].name", f.name) for i, f in enumerate(spec.trainer.features)
@@ -290,7 +305,10 @@ def check_columns(spec: PipelineSpec, spec_label: str, workdir: Path | None = No
     if spec.schema_.source is SchemaSource.FILE:
         schema_path = PROJECT_ROOT / str(spec.schema_.path)
         if not schema_path.is_file():
-            raise SpecError(f"{spec_label}: schema.path: no such file {spec.schema_.path!r}.")
+            raise SpecError(
+                f"{provenance.source_of('schema.path')}: schema.path: "
+                f"no such file {spec.schema_.path!r}."
+            )
         columns, origin = schema_columns(schema_path), _relative(schema_path)
     else:
         found = csv_columns(Path(workdir or ".") / spec.data.input_dir) if workdir else None
@@ -300,6 +318,6 @@ def check_columns(spec: PipelineSpec, spec_label: str, workdir: Path | None = No
     for key, column in needed:
         if column not in columns:
             raise SpecError(
-                f"{spec_label}: {key}: column {column!r} is not in {origin} "
+                f"{provenance.source_of(key)}: {key}: column {column!r} is not in {origin} "
                 f"(columns: {', '.join(columns)})."
             )

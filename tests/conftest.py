@@ -25,8 +25,9 @@ def workdir(tmp_path: Path) -> Path:
     return tmp_path / "work"
 
 
-def copy_fixture(name: str, target_dir: Path, filename: str) -> Path:
+def copy_fixture(source: str | Path, target_dir: Path, filename: str) -> Path:
+    """Replaces the CSVs in target_dir with `source` (a tests/data name or any path)."""
     target_dir.mkdir(parents=True, exist_ok=True)
     for old in target_dir.glob("*.csv"):
         old.unlink()
-    return Path(shutil.copy(DATA_DIR / name, target_dir / filename))
+    return Path(shutil.copy(DATA_DIR / source, target_dir / filename))

@@ -49,7 +49,7 @@ class _ProgressHandler(logging.Handler):
         self._node: str | None = None
         self._started = 0.0
         self._state = "executed"
-        self.timings: dict[str, float] = {}
+        self.timings: dict[str, tuple[str, float]] = {}
 
     def emit(self, record: logging.LogRecord) -> None:
         template, args = str(record.msg), record.args or ()
@@ -62,14 +62,14 @@ class _ProgressHandler(logging.Handler):
             self._state = "executed"
         elif template == "Component %s is finished." and self._node:
             seconds = time.perf_counter() - self._started
-            self.timings[self._node] = seconds
+            self.timings[self._node] = (self._state, seconds)
             self._echo(f"  {self._node:<22} {self._state:<9} {seconds:6.1f}s")
             self._node = None
 
     def interrupted(self) -> None:
         if self._node:
             seconds = time.perf_counter() - self._started
-            self.timings[self._node] = seconds
+            self.timings[self._node] = ("failed", seconds)
             self._echo(f"  {self._node:<22} {'failed':<9} {seconds:6.1f}s")
 
 
@@ -163,13 +163,16 @@ def _summarise(
     run_id: str,
     paths: RunPaths,
     failure: Exception | None,
-    timings: dict[str, float],
+    timings: dict[str, tuple[str, float]],
 ) -> RunResult:
     store = open_store(paths.spec, paths.metadata_path)
     record = find_run(store, run_id) if store is not None else None
     nodes = record.nodes if record else []
-    for node in nodes:  # wall-clock from the runner beats MLMD's millisecond stamps
-        node.seconds = round(timings.get(node.node_id, node.seconds), 2)
+    for node in nodes:
+        # The runner saw each node live: its wall-clock beats MLMD's stamps, and it tells a
+        # resolver (which only resolves inputs) from a component that executed.
+        node.state, seconds = timings.get(node.node_id, (node.state, node.seconds))
+        node.seconds = round(seconds, 2)
     if failure is not None:
         from components.data_gate.component import DataGateError
 

@@ -1,0 +1,509 @@
+"""Benchmark: Conveyor's penguin pipeline beside raw TFX's, on the same rows and the same machine.
+
+Every measured run is its own process, so the figures include what a user waits for: Python
+start-up, the TensorFlow/TFX imports and the pipeline itself. Two scenarios are measured for both
+tools, a cold run (fresh directories) and an unchanged re-run (same directories, same data), and
+the tools alternate within each repetition so that machine noise falls on both alike.
+
+    .venv/bin/python bench/bench_penguin.py [--repeats N] [--json PATH] [--out-dir DIR] [--keep]
+
+The reference is `raw_tfx_penguin.py` in the shared folder beside the repository (see
+--raw-script). This is a benchmark, not a test: it asserts nothing about speed, and exits non-zero
+only when a run fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import re
+import shlex
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import types
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_RAW_SCRIPT = REPO_ROOT.parent / "shared/bench/raw_tfx_penguin.py"
+VENV_PYTHON = REPO_ROOT / ".venv/bin/python"
+CONVEYOR = REPO_ROOT / ".venv/bin/conveyor"
+GNU_TIME = Path("/usr/bin/time")
+
+PIPELINE = "penguin"
+# The raw reference drops exactly these rows; Conveyor gets the same ones so both train on 342.
+MEASUREMENT_COLUMNS = ["bill_length_mm", "bill_depth_mm", "flipper_length_mm", "body_mass_g"]
+CONVEYOR_INPUT_CSV = Path("data/penguin/penguins.csv")  # relative to the workdir
+CONVEYOR_SERVING_DIR = Path("serving/penguin")  # relative to the workdir
+CONVEYOR_OUTCOMES = ("PUSHED:", "NOT_PUSHED:", "BLOCKED:", "FAILED:")
+
+SCENARIOS = {"cold": "cold", "rerun": "unchanged re-run"}
+HELP_RUNS = 5
+LOG_TAIL_LINES = 40
+
+
+class BenchError(RuntimeError):
+    """A measured run failed; the message says which and where its log is."""
+
+
+@dataclass
+class Measurement:
+    """What one measured process cost, and what it left behind."""
+
+    tool: str
+    scenario: str
+    repetition: int
+    command: list[str]
+    log: str
+    wall_seconds: float
+    peak_rss_mib: float
+    pushed_versions: int | None = None
+    details: dict[str, str] = field(default_factory=dict)
+
+
+# --- measuring one process -----------------------------------------------------------------------
+
+
+def subprocess_env() -> dict[str, str]:
+    """Returns the environment every measured process runs with.
+
+    Returns:
+        os.environ plus quiet TensorFlow logging and the Keras 2 that TFX 1.16 needs, unless the
+        caller already chose otherwise.
+    """
+    env = dict(os.environ)
+    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    env.setdefault("TF_USE_LEGACY_KERAS", "1")
+    return env
+
+
+def parse_gnu_time_report(report: str) -> tuple[float, float]:
+    """Reads wall time and peak memory out of a `/usr/bin/time -v` report.
+
+    Args:
+        report: the text `time -v -o FILE` wrote.
+
+    Returns:
+        (wall seconds, maximum resident set size in MiB).
+
+    Raises:
+        BenchError: the report lacks either figure.
+    """
+    elapsed = re.search(r"Elapsed \(wall clock\) time.*?: ([\d:.]+)", report)
+    peak = re.search(r"Maximum resident set size \(kbytes\): (\d+)", report)
+    if not elapsed or not peak:
+        raise BenchError(f"cannot read /usr/bin/time's report:\n{report}")
+    seconds = 0.0
+    for part in elapsed.group(1).split(":"):  # "m:ss.ss" or "h:mm:ss"
+        seconds = seconds * 60 + float(part)
+    return seconds, int(peak.group(1)) / 1024
+
+
+def run_with_gnu_time(command: list[str], log_path: Path, env: dict[str, str]) -> tuple:
+    """Runs `command` under `/usr/bin/time -v`, which measures the whole process.
+
+    Returns:
+        (exit code, wall seconds, peak RSS in MiB).
+    """
+    report_path = log_path.with_suffix(".time")
+    with log_path.open("w") as log:
+        completed = subprocess.run(
+            [str(GNU_TIME), "-v", "-o", str(report_path), *command],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            check=False,
+        )
+    wall_seconds, peak_mib = parse_gnu_time_report(report_path.read_text())
+    return completed.returncode, wall_seconds, peak_mib
+
+
+def run_with_wait4(command: list[str], log_path: Path, env: dict[str, str]) -> tuple:
+    """Runs `command` and reads its peak memory from the kernel when /usr/bin/time is missing.
+
+    os.wait4 returns the rusage of this one child; getrusage(RUSAGE_CHILDREN) would instead give
+    the high-water mark of every child so far, so a small run after a big one would inherit the
+    big one's peak. Either way Linux starts a child's peak at this process's own size when it
+    forks, so here a peak below the bench's own (~120 MiB) reads as that floor.
+
+    Returns:
+        (exit code, wall seconds, peak RSS in MiB).
+    """
+    with log_path.open("w") as log:
+        start = time.perf_counter()
+        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
+        _, status, usage = os.wait4(process.pid, 0)
+        wall_seconds = time.perf_counter() - start
+    process.returncode = os.waitstatus_to_exitcode(status)  # Popen must not wait a second time.
+    return process.returncode, wall_seconds, usage.ru_maxrss / 1024  # Linux reports KiB.
+
+
+def log_tail(log_path: Path, lines: int = LOG_TAIL_LINES) -> str:
+    """Returns the last `lines` lines of a log, for a failure message."""
+    return "\n".join(log_path.read_text(errors="replace").splitlines()[-lines:])
+
+
+def measure(
+    command: list[str], log_path: Path, *, tool: str, scenario: str, repetition: int
+) -> Measurement:
+    """Runs one process to completion and records its wall time and peak memory.
+
+    Args:
+        command: the process to run; its stdout and stderr go to `log_path`.
+        log_path: where the process's output is written.
+        tool: "raw", "conveyor" (labels only).
+        scenario: "cold", "rerun" or "help" (labels only).
+        repetition: which repetition this run belongs to.
+
+    Returns:
+        The measurement.
+
+    Raises:
+        BenchError: the process exited non-zero; the message holds its log's tail.
+    """
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    runner = run_with_gnu_time if GNU_TIME.exists() else run_with_wait4
+    exit_code, wall_seconds, peak_mib = runner(command, log_path, subprocess_env())
+    if exit_code != 0:
+        raise BenchError(
+            f"{tool} {scenario} (repetition {repetition}) exited {exit_code}: "
+            f"{shlex.join(command)}\n--- last lines of {log_path} ---\n{log_tail(log_path)}"
+        )
+    return Measurement(
+        tool=tool,
+        scenario=scenario,
+        repetition=repetition,
+        command=command,
+        log=str(log_path),
+        wall_seconds=wall_seconds,
+        peak_rss_mib=peak_mib,
+    )
+
+
+# --- the two tools -------------------------------------------------------------------------------
+
+
+def penguins_source_csv() -> Path:
+    """Locates palmerpenguins' CSV without importing the package.
+
+    Importing palmerpenguins runs `import pkg_resources`, which newer setuptools no longer ship;
+    finding the package's folder needs no import.
+    """
+    found = importlib.util.find_spec("palmerpenguins")
+    if found is None or not found.submodule_search_locations:
+        raise BenchError("palmerpenguins is not installed in this Python")
+    return Path(next(iter(found.submodule_search_locations))) / "data" / "penguins.csv"
+
+
+def write_conveyor_input(workdir: Path) -> int:
+    """Writes the rows the raw reference trains on, in the columns Conveyor's spec reads.
+
+    Returns:
+        How many rows were written.
+    """
+    import pandas as pd  # Only the bench process pays for pandas, never a measured run.
+
+    rows = pd.read_csv(penguins_source_csv()).dropna(subset=MEASUREMENT_COLUMNS)
+    target = workdir / CONVEYOR_INPUT_CSV
+    target.parent.mkdir(parents=True, exist_ok=True)
+    rows.to_csv(target, index=False)
+    return len(rows)
+
+
+def raw_script_can_prepare_data(python: Path) -> bool:
+    """Whether the raw script's own data step (`import palmerpenguins`) works in `python`."""
+    probe = subprocess.run(
+        [str(python), "-c", "import palmerpenguins"],
+        capture_output=True,
+        env=subprocess_env(),
+        check=False,
+    )
+    return probe.returncode == 0
+
+
+def seed_raw_input(raw_script: Path, out_dir: Path) -> None:
+    """Writes the raw script's input with the raw script's own `prepare_data`.
+
+    Used only where `import palmerpenguins` fails: the stand-in module gives `prepare_data` the one
+    thing it reads from the package, its file's location, so the rows and columns stay exactly the
+    reference's.
+    """
+    spec = importlib.util.spec_from_file_location("raw_tfx_penguin", raw_script)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    stand_in = types.ModuleType("palmerpenguins")
+    stand_in.__file__ = str(penguins_source_csv().parents[1] / "__init__.py")
+    # Swap only this one entry: mock.patch.dict(sys.modules) would also drop pandas and numpy
+    # on exit, and numpy warns when it is imported a second time.
+    sys.modules["palmerpenguins"] = stand_in
+    try:
+        module.prepare_data(str(out_dir / "data"))
+    finally:
+        del sys.modules["palmerpenguins"]
+
+
+def read_raw_output(log_path: Path) -> dict[str, str]:
+    """Picks the raw script's `pipeline_seconds` and `pushed_versions` lines out of its log."""
+    found = re.findall(r"^(pipeline_seconds|pushed_versions) (\S+)$", log_path.read_text(), re.M)
+    return dict(found)
+
+
+def read_conveyor_outcome(log_path: Path) -> str:
+    """Returns Conveyor's outcome line (PUSHED:, NOT_PUSHED:, ...), or "" if it printed none."""
+    for line in reversed(log_path.read_text(errors="replace").splitlines()):
+        if line.startswith(CONVEYOR_OUTCOMES):
+            return line
+    return ""
+
+
+def count_raw_pushes(out_dir: Path) -> int:
+    """Counts the model versions the raw pipeline's Pusher has written."""
+    serving = out_dir / "serving"
+    return len(os.listdir(serving)) if serving.is_dir() else 0
+
+
+def count_conveyor_pushes(workdir: Path) -> int:
+    """Counts the numbered model versions under Conveyor's serving directory."""
+    serving = workdir / CONVEYOR_SERVING_DIR
+    if not serving.is_dir():
+        return 0
+    return sum(1 for entry in serving.iterdir() if entry.name.isdigit())
+
+
+def run_raw(
+    scenario: str, repetition: int, raw_script: Path, out_dir: Path, logs: Path, seeded: bool
+) -> Measurement:
+    """Runs the raw reference once; `rerun` reuses the cold run's directory.
+
+    When the bench seeded the input (`seeded`), the cold run also passes --reuse: on a fresh
+    directory that only skips the script's data step, whose rows are already there.
+    """
+    command = [str(VENV_PYTHON), str(raw_script), str(out_dir)]
+    if scenario == "rerun" or seeded:
+        command.append("--reuse")
+    result = measure(
+        command, logs / f"raw-{scenario}.log", tool="raw", scenario=scenario, repetition=repetition
+    )
+    result.details = read_raw_output(Path(result.log))
+    result.pushed_versions = count_raw_pushes(out_dir)
+    return result
+
+
+def run_conveyor(scenario: str, repetition: int, workdir: Path, logs: Path) -> Measurement:
+    """Runs `conveyor run penguin` once; the re-run uses the same workdir and data."""
+    command = [str(CONVEYOR), "run", PIPELINE, "--env", "local", "--workdir", str(workdir)]
+    result = measure(
+        command,
+        logs / f"conveyor-{scenario}.log",
+        tool="conveyor",
+        scenario=scenario,
+        repetition=repetition,
+    )
+    result.details = {"outcome": read_conveyor_outcome(Path(result.log))}
+    result.pushed_versions = count_conveyor_pushes(workdir)
+    return result
+
+
+def run_repetition(
+    repetition: int, raw_script: Path, out_root: Path, seed_raw: bool
+) -> tuple[Path, list[Measurement]]:
+    """Runs raw cold, Conveyor cold, raw re-run and Conveyor re-run in fresh directories.
+
+    Returns:
+        (the repetition's directory, its four measurements in run order).
+    """
+    rep_dir = Path(tempfile.mkdtemp(prefix=f"rep{repetition}-", dir=out_root))
+    raw_dir, conveyor_dir, logs = rep_dir / "raw", rep_dir / "conveyor", rep_dir / "logs"
+    if seed_raw:
+        seed_raw_input(raw_script, raw_dir)
+    write_conveyor_input(conveyor_dir)
+    results = []
+    for scenario in SCENARIOS:
+        results.append(run_raw(scenario, repetition, raw_script, raw_dir, logs, seed_raw))
+        report_progress(results[-1])
+        results.append(run_conveyor(scenario, repetition, conveyor_dir, logs))
+        report_progress(results[-1])
+    return rep_dir, results
+
+
+def time_conveyor_help(out_root: Path) -> list[Measurement]:
+    """Times `conveyor --help` HELP_RUNS times, each a fresh process."""
+    logs = out_root / "help-logs"
+    return [
+        measure(
+            [str(CONVEYOR), "--help"],
+            logs / f"help-{index}.log",
+            tool="conveyor",
+            scenario="help",
+            repetition=index,
+        )
+        for index in range(HELP_RUNS)
+    ]
+
+
+# --- reporting -----------------------------------------------------------------------------------
+
+
+def report_progress(result: Measurement) -> None:
+    """Prints one finished run, so a long benchmark shows where it is."""
+    extra = " ".join(f"{key}={value}" for key, value in result.details.items())
+    print(
+        f"  rep {result.repetition} {result.tool:<8} {result.scenario:<6} "
+        f"{result.wall_seconds:7.1f} s {result.peak_rss_mib:7.0f} MiB "
+        f"versions_in_serving={result.pushed_versions} {extra}",
+        flush=True,
+    )
+
+
+def median_of(results: list[Measurement], tool: str, scenario: str, attribute: str) -> float:
+    """The median of one attribute over every repetition of (tool, scenario)."""
+    values = [getattr(r, attribute) for r in results if (r.tool, r.scenario) == (tool, scenario)]
+    return statistics.median(values)
+
+
+def summarize(results: list[Measurement], help_runs: list[Measurement]) -> dict:
+    """Reduces the runs to medians per scenario, ratios, help timing and pushed versions."""
+    scenarios = {}
+    for scenario in SCENARIOS:
+        raw_s, conveyor_s, raw_mib, conveyor_mib = (
+            median_of(results, tool, scenario, attribute)
+            for attribute in ("wall_seconds", "peak_rss_mib")
+            for tool in ("raw", "conveyor")
+        )
+        scenarios[scenario] = {
+            "raw_seconds": raw_s,
+            "conveyor_seconds": conveyor_s,
+            "seconds_ratio": conveyor_s / raw_s,
+            "raw_peak_mib": raw_mib,
+            "conveyor_peak_mib": conveyor_mib,
+            "peak_ratio": conveyor_mib / raw_mib,
+        }
+    pushed = {
+        tool: {
+            scenario: [
+                r.pushed_versions for r in results if (r.tool, r.scenario) == (tool, scenario)
+            ]
+            for scenario in SCENARIOS
+        }
+        for tool in ("raw", "conveyor")
+    }
+    help_seconds = [r.wall_seconds for r in help_runs]
+    return {
+        "scenarios": scenarios,
+        "conveyor_help": {"median_seconds": statistics.median(help_seconds), "runs": help_seconds},
+        "pushed_versions_after_run": pushed,
+    }
+
+
+def format_table(summary: dict) -> str:
+    """Renders the summary as the plain-text table the benchmark prints."""
+    header = (
+        f"{'scenario':<18} | {'raw TFX s':>9} | {'Conveyor s':>10} | {'ratio':>5} | "
+        f"{'raw peak MiB':>12} | {'Conveyor peak MiB':>17} | {'ratio':>5}"
+    )
+    lines = [header, "-" * len(header)]
+    for scenario, label in SCENARIOS.items():
+        row = summary["scenarios"][scenario]
+        lines.append(
+            f"{label:<18} | {row['raw_seconds']:>9.1f} | {row['conveyor_seconds']:>10.1f} | "
+            f"{row['seconds_ratio']:>5.2f} | {row['raw_peak_mib']:>12.0f} | "
+            f"{row['conveyor_peak_mib']:>17.0f} | {row['peak_ratio']:>5.2f}"
+        )
+    help_seconds = summary["conveyor_help"]["median_seconds"]
+    lines.append(f"{'conveyor --help':<18} | {'-':>9} | {help_seconds:>10.2f} |")
+    lines.append("")
+    lines.append("pushed model versions after each run (one entry per repetition):")
+    pushed = summary["pushed_versions_after_run"]
+    for scenario, label in SCENARIOS.items():
+        lines.append(
+            f"  {label:<18} raw TFX {pushed['raw'][scenario]}  "
+            f"Conveyor {pushed['conveyor'][scenario]}"
+        )
+    return "\n".join(lines)
+
+
+# --- entry point ---------------------------------------------------------------------------------
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=1, help="repetitions of each scenario")
+    parser.add_argument(
+        "--raw-script",
+        type=Path,
+        default=DEFAULT_RAW_SCRIPT,
+        help=f"the raw-TFX reference (default: {DEFAULT_RAW_SCRIPT})",
+    )
+    parser.add_argument(
+        "--out-dir", type=Path, help="where run directories go (default: a new temp dir)"
+    )
+    parser.add_argument("--keep", action="store_true", help="keep run directories and logs")
+    parser.add_argument("--json", type=Path, help="also write the results as JSON here")
+    args = parser.parse_args(argv)
+    if args.repeats < 1:
+        parser.error("--repeats must be at least 1")
+    if not args.raw_script.is_file():
+        parser.error(f"--raw-script: no file at {args.raw_script}")
+    return args
+
+
+def benchmark(args: argparse.Namespace, out_root: Path, created: list[Path]) -> dict:
+    """Runs every repetition and the help timing; returns the JSON-ready result."""
+    seed_raw = not raw_script_can_prepare_data(VENV_PYTHON)
+    if seed_raw:
+        print(
+            "note: `import palmerpenguins` fails in the venv, so the bench writes the raw "
+            "script's input with its own prepare_data and runs it with --reuse.",
+            flush=True,
+        )
+    results: list[Measurement] = []
+    for repetition in range(args.repeats):
+        rep_dir, rep_results = run_repetition(repetition, args.raw_script, out_root, seed_raw)
+        created.append(rep_dir)
+        results.extend(rep_results)
+    created.append(out_root / "help-logs")
+    help_runs = time_conveyor_help(out_root)
+    return {
+        "command": shlex.join(sys.orig_argv),
+        "raw_script": str(args.raw_script),
+        "repeats": args.repeats,
+        "measured_with": "/usr/bin/time -v" if GNU_TIME.exists() else "os.wait4 rusage",
+        "raw_input_seeded_by_bench": seed_raw,
+        **summarize(results, help_runs),
+        "runs": [asdict(r) for r in [*results, *help_runs]],
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    print(f"command: {shlex.join(sys.orig_argv)}", flush=True)
+    own_temp_dir = args.out_dir is None
+    out_root = Path(tempfile.mkdtemp(prefix="bench-penguin-")) if own_temp_dir else args.out_dir
+    out_root.mkdir(parents=True, exist_ok=True)
+    print(f"run directories under {out_root}", flush=True)
+    created: list[Path] = []
+    try:
+        result = benchmark(args, out_root, created)
+    except BenchError as err:
+        # The directories stay: their logs are what explains the failure.
+        print(f"error: {err}\n(run directories kept under {out_root})", file=sys.stderr)
+        return 1
+    print()
+    print(format_table(result))
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=2) + "\n")
+        print(f"\nJSON written to {args.json}")
+    if not args.keep:
+        for path in [out_root] if own_temp_dir else created:
+            shutil.rmtree(path, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

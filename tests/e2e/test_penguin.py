@@ -1,0 +1,114 @@
+"""The penguin pipeline for real: TFX components, Beam, SQLite ML Metadata, a served SavedModel.
+
+One working directory through the module, in order: a cold run that pushes version 1, an
+unchanged re-run that executes and pushes nothing, then two kinds of bad data that stop at the
+data gate while version 1 keeps serving.
+"""
+
+import shutil
+
+import pytest
+import tensorflow as tf
+
+from components.pusher.executor import model_digest
+from pipelines import cli, metadata
+from pipelines.config import load_spec
+from pipelines.registry import RunPaths
+from pipelines.runners import local
+from tests.conftest import copy_fixture
+
+TRAINED_NODES = {
+    "csv_example_gen", "statistics_gen", "schema_gen", "example_validator", "data_gate",
+    "trainer", "evaluator", "pusher",
+}
+
+
+@pytest.fixture(scope="module")
+def penguin(tmp_path_factory):
+    workdir = tmp_path_factory.mktemp("penguin")
+    assert cli.main(["data", "penguin", "--workdir", str(workdir)]) == 0
+    loaded = load_spec("penguin", env="ci", workdir=workdir)
+    paths = RunPaths(workdir=workdir, spec=loaded.spec)
+    shutil.copytree(paths.input_dir, workdir / "good-data")
+    progress: list[str] = []
+    first = local.run(loaded, workdir, echo=progress.append)
+    return loaded, paths, first, progress
+
+
+def _states(result):
+    return {n.node_id: n.state for n in result.nodes}
+
+
+def test_cold_run_executes_every_component_once_and_pushes_version_1(penguin):
+    _, paths, first, progress = penguin
+    assert first.outcome == "pushed", first.message
+    assert first.pushed_version == "1"
+    states = _states(first)
+    assert {n: states.get(n) for n in TRAINED_NODES} == {n: "executed" for n in TRAINED_NODES}
+    assert len([n for n in first.nodes if n.node_id == "trainer"]) == 1
+    assert sorted(p.name for p in paths.serving_dir.iterdir()) == ["1"]
+    assert (paths.serving_dir / "1" / "saved_model.pb").is_file()
+    assert any(line.split()[:2] == ["trainer", "executed"] for line in progress)
+    assert (paths.runs_dir / first.run_id / "resolved_spec.yaml").is_file()
+
+
+def test_pushed_model_classifies_raw_rows(penguin):
+    _, paths, _, _ = penguin
+    serve = tf.saved_model.load(str(paths.serving_dir / "1")).signatures["serving_default"]
+    outputs = serve(
+        island=tf.constant(["Torgersen", "Biscoe", "Dream"]),
+        sex=tf.constant(["male", "female", ""]),  # "" is a missing value
+        bill_length_mm=tf.constant([39.1, 46.5, 50.0]),
+        bill_depth_mm=tf.constant([18.7, 14.5, 19.3]),
+        flipper_length_mm=tf.constant([181.0, 213.0, 197.0]),
+        body_mass_g=tf.constant([3750.0, 4800.0, float("nan")]),
+    )
+    assert [c.decode() for c in outputs["classes"].numpy()] == ["Adelie", "Gentoo", "Chinstrap"]
+
+
+def test_metadata_holds_the_run_and_its_push(penguin):
+    loaded, paths, first, _ = penguin
+    store = metadata.open_store(loaded.spec, paths.metadata_path)
+    record = metadata.find_run(store, first.run_id)
+    assert record.state == "succeeded"
+    assert record.pushed_version == "1"
+    assert [r.run_id for r in metadata.list_runs(store, "penguin")] == [first.run_id]
+
+
+def test_unchanged_rerun_executes_nothing_and_pushes_nothing(penguin):
+    loaded, paths, first, _ = penguin
+    before = model_digest(str(paths.serving_dir / "1"))
+    again = local.run(loaded, paths.workdir, echo=lambda _: None)
+    assert again.outcome == "not_pushed", again.message
+    states = _states(again)
+    assert {n: states.get(n) for n in TRAINED_NODES} == {n: "cached" for n in TRAINED_NODES}
+    assert "cache hit" in again.message
+    assert sorted(p.name for p in paths.serving_dir.iterdir()) == ["1"]
+    assert model_digest(str(paths.serving_dir / "1")) == before
+
+
+@pytest.mark.parametrize(
+    ("fixture", "column", "problem"),
+    [
+        ("penguins_text_in_numeric.csv", "body_mass_g", "Unexpected data type"),
+        ("penguins_missing_column.csv", "flipper_length_mm", "Column dropped"),
+    ],
+)
+def test_bad_data_stops_at_the_data_gate_and_serving_is_untouched(penguin, fixture, column, problem):
+    loaded, paths, _, _ = penguin
+    served_before = model_digest(str(paths.serving_dir / "1"))
+    copy_fixture(fixture, paths.input_dir, "penguins.csv")
+    try:
+        result = local.run(loaded, paths.workdir, echo=lambda _: None)
+    finally:
+        copy_fixture(paths.workdir / "good-data" / "penguins.csv", paths.input_dir, "penguins.csv")
+    assert result.outcome == "blocked"
+    assert result.message.startswith(f"Data gate: the data in {paths.input_dir}")
+    assert f"{column} (train split): {problem}" in result.message
+    states = _states(result)
+    assert states["data_gate"] == "failed"
+    assert "trainer" not in states and "pusher" not in states
+    assert sorted(p.name for p in paths.serving_dir.iterdir()) == ["1"]
+    assert model_digest(str(paths.serving_dir / "1")) == served_before
+    store = metadata.open_store(loaded.spec, paths.metadata_path)
+    assert metadata.find_run(store, result.run_id).state == "failed"

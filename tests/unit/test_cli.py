@@ -1,0 +1,56 @@
+"""The command line answers --help, list and validate without importing TensorFlow or TFX."""
+
+import subprocess
+import sys
+
+import pytest
+
+from pipelines import cli
+
+PROBE = """
+import sys
+from pipelines import cli
+code = cli.main({argv!r})
+heavy = sorted(m for m in ("tensorflow", "tfx", "apache_beam") if m in sys.modules)
+print("HEAVY", heavy)
+sys.exit(code)
+"""
+
+
+@pytest.mark.parametrize("argv", [["list"], ["validate"], ["validate", "taxi", "--env", "ci"]])
+def test_light_commands_import_no_tensorflow(argv):
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE.format(argv=argv)], capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert "HEAVY []" in done.stdout
+
+
+def test_help_lists_the_commands(capsys):
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["--help"])
+    assert exited.value.code == 0
+    out = capsys.readouterr().out
+    for command in ("list", "validate", "data", "run", "runs"):
+        assert command in out
+
+
+def test_validate_reports_a_bad_override_and_fails(capsys):
+    assert cli.main(["validate", "penguin", "--env", "ci", "--set", "push.model_name=a b"]) == 1
+    err = capsys.readouterr().err
+    assert "FAIL penguin [ci]: --set push.model_name=a b: push.model_name: String should match" in err
+
+
+def test_data_writes_the_packaged_csv_with_missing_values_as_empty_fields(tmp_path, capsys):
+    assert cli.main(["data", "penguin", "--workdir", str(tmp_path)]) == 0
+    written = tmp_path / "data" / "penguin" / "penguins.csv"
+    lines = written.read_text().splitlines()
+    assert lines[0] == "species,island,bill_length_mm,bill_depth_mm,flipper_length_mm,body_mass_g,sex,year"
+    assert len(lines) == 345  # 344 penguins and the header
+    assert "NA" not in written.read_text()
+    assert any(",," in line for line in lines)  # the missing values are kept, as empty fields
+
+
+def test_runs_on_an_empty_workdir_says_so(tmp_path, capsys):
+    assert cli.main(["runs", "penguin", "--workdir", str(tmp_path)]) == 0
+    assert "no runs of penguin recorded" in capsys.readouterr().out

@@ -1,0 +1,46 @@
+"""Publishing to TF Serving's layout: integer versions, atomic rename, nothing half-copied."""
+
+import json
+import os
+
+from components.pusher import executor
+
+
+def _fake_model(path, payload: bytes) -> str:
+    os.makedirs(os.path.join(path, "variables"), exist_ok=True)
+    with open(os.path.join(path, "saved_model.pb"), "wb") as handle:
+        handle.write(payload)
+    with open(os.path.join(path, "variables", "variables.index"), "wb") as handle:
+        handle.write(b"index")
+    return str(path)
+
+
+def test_versions_count_up_and_each_is_complete(tmp_path):
+    base = str(tmp_path / "serving" / "penguin")
+    first = _fake_model(tmp_path / "m1", b"one")
+    second = _fake_model(tmp_path / "m2", b"two")
+
+    assert executor.publish(first, base, {"model_digest": "a"})[0] == 1
+    version, target = executor.publish(second, base, {"model_digest": "b"})
+
+    assert version == 2 and target == os.path.join(base, "2")
+    assert sorted(os.listdir(base)) == ["1", "2"]  # no staging directory left behind
+    with open(os.path.join(target, "saved_model.pb"), "rb") as handle:
+        assert handle.read() == b"two"
+    with open(os.path.join(target, executor.PUSH_RECORD)) as handle:
+        assert json.load(handle) == {"model_digest": "b", "version": 2}
+
+
+def test_a_staging_directory_is_never_taken_for_a_version(tmp_path):
+    base = tmp_path / "serving"
+    (base / ".incoming-3-99").mkdir(parents=True)  # a push killed mid-copy
+    (base / "1").mkdir()
+    assert executor.served_versions(str(base)) == [1]
+
+
+def test_digest_identifies_identical_models(tmp_path):
+    one = _fake_model(tmp_path / "a", b"same")
+    two = _fake_model(tmp_path / "b", b"same")
+    other = _fake_model(tmp_path / "c", b"different")
+    assert executor.model_digest(one) == executor.model_digest(two)
+    assert executor.model_digest(one) != executor.model_digest(other)

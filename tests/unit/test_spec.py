@@ -1,0 +1,123 @@
+"""Every spec under every profile loads, validates and builds; bad specs say exactly why."""
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from pipelines import config
+from pipelines.config import SpecError, load_spec
+from pipelines.spec import DEFAULT_COMPONENTS
+
+PAIRS = [(name, env) for name in config.list_pipelines() for env in config.list_profiles()]
+
+
+def test_the_project_ships_both_reference_pipelines_and_profiles():
+    assert {"penguin", "taxi"} <= set(config.list_pipelines())
+    assert {"local", "ci"} <= set(config.list_profiles())
+
+
+@pytest.mark.parametrize(("name", "env"), PAIRS)
+def test_every_spec_loads_validates_and_builds(name, env, tmp_path):
+    from tfx.dsl.compiler import compiler
+
+    from pipelines.builder import build_pipeline
+
+    spec = load_spec(name, env=env).spec
+    pipeline = build_pipeline(spec, tmp_path)
+
+    # TFX orders nodes topologically; ids come from the spec, one node per component.
+    assert len(pipeline.components) == len(DEFAULT_COMPONENTS) == 9
+    assert sorted(node.id for node in pipeline.components) == sorted(DEFAULT_COMPONENTS)
+    ir = compiler.Compiler().compile(pipeline)
+    compiled_ids = [n.pipeline_node.node_info.id for n in ir.nodes]
+    assert sorted(compiled_ids) == sorted(DEFAULT_COMPONENTS)
+    assert ir.pipeline_info.id == name
+    # Everything a run writes lives under the working directory.
+    root = ir.runtime_spec.pipeline_root.runtime_parameter.default_value.string_value
+    assert root == str(tmp_path / "pipeline_root" / name)
+
+
+def test_layers_apply_in_order_spec_then_profile_then_overrides():
+    base = load_spec("penguin", env="local").spec
+    ci = load_spec("penguin", env="ci").spec
+    overridden = load_spec("penguin", env="ci", overrides=["trainer.train_steps=7"]).spec
+    assert base.trainer.train_steps == 300
+    assert ci.trainer.train_steps == 150
+    assert ci.trainer.eval_steps == 5  # from the profile's all-pipelines section
+    assert overridden.trainer.train_steps == 7
+
+
+def test_spec_is_frozen():
+    spec = load_spec("penguin").spec
+    with pytest.raises(Exception, match="frozen"):
+        spec.trainer.train_steps = 1  # type: ignore[misc]
+
+
+def _write_spec(tmp_path: Path, edit) -> Path:
+    data = yaml.safe_load((config.SPECS_DIR / "penguin.yaml").read_text())
+    edit(data)
+    path = tmp_path / "penguin.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def test_unknown_key_names_the_file_and_the_key_path(tmp_path):
+    path = _write_spec(tmp_path, lambda d: d["trainer"].update(batch_sise=32))
+    with pytest.raises(SpecError) as raised:
+        load_spec(str(path))
+    assert str(raised.value) == (
+        f"{path}: trainer.batch_sise: unknown key (allowed here: batch_size, distribution, "
+        "dropout, eval_steps, features, hidden_units, jit_compile, label, learning_rate, seed, "
+        "task, train_steps)."
+    )
+
+
+def test_wrong_type_says_what_was_expected_and_where_it_came_from():
+    with pytest.raises(SpecError) as raised:
+        load_spec("penguin", overrides=["trainer.train_steps=abc"])
+    assert str(raised.value) == (
+        "--set trainer.train_steps=abc: trainer.train_steps: Input should be a valid integer, "
+        "unable to parse string as an integer (got 'abc')."
+    )
+
+
+def test_missing_label_column_names_the_column_and_the_schema(tmp_path):
+    path = _write_spec(tmp_path, lambda d: d["trainer"].update(label="speciez"))
+    with pytest.raises(SpecError) as raised:
+        load_spec(str(path))
+    assert str(raised.value) == (
+        f"{path}: trainer.label: column 'speciez' is not in schemas/penguin/schema.pbtxt "
+        "(columns: species, island, bill_length_mm, bill_depth_mm, flipper_length_mm, "
+        "body_mass_g, sex, year)."
+    )
+
+
+def test_unknown_component_type_lists_the_known_ones(tmp_path):
+    path = _write_spec(tmp_path, lambda d: d.update(components=[{"type": "transformer"}]))
+    with pytest.raises(SpecError, match=r"components\.0\.type: unknown component type "
+                       r"'transformer' \(known: csv_example_gen, statistics_gen"):
+        load_spec(str(path))
+
+
+def test_unknown_profile_and_pipeline_list_what_exists():
+    with pytest.raises(SpecError, match=r"unknown environment profile 'prod'.*known profiles: ci"):
+        load_spec("penguin", env="prod")
+    with pytest.raises(SpecError, match=r"unknown pipeline 'pengiun'.*known pipelines: penguin"):
+        load_spec("pengiun")
+
+
+def test_duplicate_yaml_keys_are_refused(tmp_path):
+    path = tmp_path / "dup.yaml"
+    path.write_text("name: a\nname: b\n")
+    with pytest.raises(SpecError, match="duplicate key 'name'"):
+        load_spec(str(path))
+
+
+def test_a_component_needing_a_missing_input_says_which_to_add(tmp_path):
+    from pipelines.builder import build_pipeline
+    from pipelines.registry import BuildError
+
+    spec = load_spec("penguin", overrides=["components=[{type: trainer}]"]).spec
+    with pytest.raises(BuildError, match="component 'trainer' needs 'examples'.*csv_example_gen"):
+        build_pipeline(spec, tmp_path)
