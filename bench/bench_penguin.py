@@ -1,9 +1,12 @@
 """Benchmark: Conveyor's penguin pipeline beside raw TFX's, on the same rows and the same machine.
 
 Every measured run is its own process, so the figures include what a user waits for: Python
-start-up, the TensorFlow/TFX imports and the pipeline itself. Two scenarios are measured for both
-tools, a cold run (fresh directories) and an unchanged re-run (same directories, same data), and
-the tools alternate within each repetition so that machine noise falls on both alike.
+start-up, the TensorFlow/TFX imports and the pipeline itself. Both tools get a cold run (fresh
+directories) and an unchanged re-run (same directories, same data). Conveyor's unchanged re-run
+answers from its fingerprint without importing TFX, so Conveyor also gets a forced re-run
+(`--force`: through TFX, every component a cache hit); both of its re-runs are compared with the
+one raw re-run. The tools alternate within each repetition so that machine noise falls on both
+alike. Peak memory comes from GNU time (/usr/bin/time, Debian package `time`).
 
     .venv/bin/python bench/bench_penguin.py [--repeats N] [--json PATH] [--out-dir DIR] [--keep]
 
@@ -25,8 +28,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
-import types
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -41,9 +42,28 @@ PIPELINE = "penguin"
 MEASUREMENT_COLUMNS = ["bill_length_mm", "bill_depth_mm", "flipper_length_mm", "body_mass_g"]
 CONVEYOR_INPUT_CSV = Path("data/penguin/penguins.csv")  # relative to the workdir
 CONVEYOR_SERVING_DIR = Path("serving/penguin")  # relative to the workdir
-CONVEYOR_OUTCOMES = ("PUSHED:", "NOT_PUSHED:", "BLOCKED:", "FAILED:")
+CONVEYOR_OUTCOMES = ("PUSHED:", "NOT_PUSHED:", "BLOCKED:", "FAILED:", "UNCHANGED:")
 
-SCENARIOS = {"cold": "cold", "rerun": "unchanged re-run"}
+# The (tool, scenario) runs of one repetition, in order. Conveyor's "rerun" is a plain run of the
+# unchanged workdir (fingerprint fast path, UNCHANGED:); "force" adds --force (through TFX).
+RUN_ORDER = [
+    ("raw", "cold"),
+    ("conveyor", "cold"),
+    ("raw", "rerun"),
+    ("conveyor", "rerun"),
+    ("conveyor", "force"),
+]
+SCENARIOS = {
+    "raw": ["cold", "rerun"],
+    "conveyor": ["cold", "rerun", "force"],
+}
+# The table's rows: (Conveyor scenario, the raw scenario it is compared with, label).
+COMPARISONS = [
+    ("cold", "cold", "cold"),
+    ("rerun", "rerun", "unchanged re-run"),
+    ("force", "rerun", "unchanged re-run, --force (through TFX)"),
+]
+LABEL_WIDTH = max(len(label) for _, _, label in COMPARISONS)
 HELP_RUNS = 5
 LOG_TAIL_LINES = 40
 
@@ -124,26 +144,6 @@ def run_with_gnu_time(command: list[str], log_path: Path, env: dict[str, str]) -
     return completed.returncode, wall_seconds, peak_mib
 
 
-def run_with_wait4(command: list[str], log_path: Path, env: dict[str, str]) -> tuple:
-    """Runs `command` and reads its peak memory from the kernel when /usr/bin/time is missing.
-
-    os.wait4 returns the rusage of this one child; getrusage(RUSAGE_CHILDREN) would instead give
-    the high-water mark of every child so far, so a small run after a big one would inherit the
-    big one's peak. Either way Linux starts a child's peak at this process's own size when it
-    forks, so here a peak below the bench's own (~120 MiB) reads as that floor.
-
-    Returns:
-        (exit code, wall seconds, peak RSS in MiB).
-    """
-    with log_path.open("w") as log:
-        start = time.perf_counter()
-        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
-        _, status, usage = os.wait4(process.pid, 0)
-        wall_seconds = time.perf_counter() - start
-    process.returncode = os.waitstatus_to_exitcode(status)  # Popen must not wait a second time.
-    return process.returncode, wall_seconds, usage.ru_maxrss / 1024  # Linux reports KiB.
-
-
 def log_tail(log_path: Path, lines: int = LOG_TAIL_LINES) -> str:
     """Returns the last `lines` lines of a log, for a failure message."""
     return "\n".join(log_path.read_text(errors="replace").splitlines()[-lines:])
@@ -158,7 +158,7 @@ def measure(
         command: the process to run; its stdout and stderr go to `log_path`.
         log_path: where the process's output is written.
         tool: "raw", "conveyor" (labels only).
-        scenario: "cold", "rerun" or "help" (labels only).
+        scenario: "cold", "rerun", "force" or "help" (labels only).
         repetition: which repetition this run belongs to.
 
     Returns:
@@ -168,8 +168,7 @@ def measure(
         BenchError: the process exited non-zero; the message holds its log's tail.
     """
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    runner = run_with_gnu_time if GNU_TIME.exists() else run_with_wait4
-    exit_code, wall_seconds, peak_mib = runner(command, log_path, subprocess_env())
+    exit_code, wall_seconds, peak_mib = run_with_gnu_time(command, log_path, subprocess_env())
     if exit_code != 0:
         raise BenchError(
             f"{tool} {scenario} (repetition {repetition}) exited {exit_code}: "
@@ -190,11 +189,7 @@ def measure(
 
 
 def penguins_source_csv() -> Path:
-    """Locates palmerpenguins' CSV without importing the package.
-
-    Importing palmerpenguins runs `import pkg_resources`, which newer setuptools no longer ship;
-    finding the package's folder needs no import.
-    """
+    """Locates palmerpenguins' CSV; finding the package's folder needs no import of it."""
     found = importlib.util.find_spec("palmerpenguins")
     if found is None or not found.submodule_search_locations:
         raise BenchError("palmerpenguins is not installed in this Python")
@@ -214,38 +209,6 @@ def write_conveyor_input(workdir: Path) -> int:
     target.parent.mkdir(parents=True, exist_ok=True)
     rows.to_csv(target, index=False)
     return len(rows)
-
-
-def raw_script_can_prepare_data(python: Path) -> bool:
-    """Whether the raw script's own data step (`import palmerpenguins`) works in `python`."""
-    probe = subprocess.run(
-        [str(python), "-c", "import palmerpenguins"],
-        capture_output=True,
-        env=subprocess_env(),
-        check=False,
-    )
-    return probe.returncode == 0
-
-
-def seed_raw_input(raw_script: Path, out_dir: Path) -> None:
-    """Writes the raw script's input with the raw script's own `prepare_data`.
-
-    Used only where `import palmerpenguins` fails: the stand-in module gives `prepare_data` the one
-    thing it reads from the package, its file's location, so the rows and columns stay exactly the
-    reference's.
-    """
-    spec = importlib.util.spec_from_file_location("raw_tfx_penguin", raw_script)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    stand_in = types.ModuleType("palmerpenguins")
-    stand_in.__file__ = str(penguins_source_csv().parents[1] / "__init__.py")
-    # Swap only this one entry: mock.patch.dict(sys.modules) would also drop pandas and numpy
-    # on exit, and numpy warns when it is imported a second time.
-    sys.modules["palmerpenguins"] = stand_in
-    try:
-        module.prepare_data(str(out_dir / "data"))
-    finally:
-        del sys.modules["palmerpenguins"]
 
 
 def read_raw_output(log_path: Path) -> dict[str, str]:
@@ -277,15 +240,11 @@ def count_conveyor_pushes(workdir: Path) -> int:
 
 
 def run_raw(
-    scenario: str, repetition: int, raw_script: Path, out_dir: Path, logs: Path, seeded: bool
+    scenario: str, repetition: int, raw_script: Path, out_dir: Path, logs: Path
 ) -> Measurement:
-    """Runs the raw reference once; `rerun` reuses the cold run's directory.
-
-    When the bench seeded the input (`seeded`), the cold run also passes --reuse: on a fresh
-    directory that only skips the script's data step, whose rows are already there.
-    """
+    """Runs the raw reference once; `rerun` reuses the cold run's directory (--reuse)."""
     command = [str(VENV_PYTHON), str(raw_script), str(out_dir)]
-    if scenario == "rerun" or seeded:
+    if scenario == "rerun":
         command.append("--reuse")
     result = measure(
         command, logs / f"raw-{scenario}.log", tool="raw", scenario=scenario, repetition=repetition
@@ -296,8 +255,14 @@ def run_raw(
 
 
 def run_conveyor(scenario: str, repetition: int, workdir: Path, logs: Path) -> Measurement:
-    """Runs `conveyor run penguin` once; the re-run uses the same workdir and data."""
+    """Runs `conveyor run penguin` once; both re-runs use the cold run's workdir and data.
+
+    `rerun` is a plain run of the unchanged workdir (the fingerprint fast path, UNCHANGED:);
+    `force` adds --force, which goes through TFX with every component a cache hit.
+    """
     command = [str(CONVEYOR), "run", PIPELINE, "--env", "local", "--workdir", str(workdir)]
+    if scenario == "force":
+        command.append("--force")
     result = measure(
         command,
         logs / f"conveyor-{scenario}.log",
@@ -311,23 +276,22 @@ def run_conveyor(scenario: str, repetition: int, workdir: Path, logs: Path) -> M
 
 
 def run_repetition(
-    repetition: int, raw_script: Path, out_root: Path, seed_raw: bool
+    repetition: int, raw_script: Path, out_root: Path
 ) -> tuple[Path, list[Measurement]]:
-    """Runs raw cold, Conveyor cold, raw re-run and Conveyor re-run in fresh directories.
+    """Runs every (tool, scenario) of RUN_ORDER once, starting from fresh directories.
 
     Returns:
-        (the repetition's directory, its four measurements in run order).
+        (the repetition's directory, its measurements in run order).
     """
     rep_dir = Path(tempfile.mkdtemp(prefix=f"rep{repetition}-", dir=out_root))
     raw_dir, conveyor_dir, logs = rep_dir / "raw", rep_dir / "conveyor", rep_dir / "logs"
-    if seed_raw:
-        seed_raw_input(raw_script, raw_dir)
     write_conveyor_input(conveyor_dir)
     results = []
-    for scenario in SCENARIOS:
-        results.append(run_raw(scenario, repetition, raw_script, raw_dir, logs, seed_raw))
-        report_progress(results[-1])
-        results.append(run_conveyor(scenario, repetition, conveyor_dir, logs))
+    for tool, scenario in RUN_ORDER:
+        if tool == "raw":
+            results.append(run_raw(scenario, repetition, raw_script, raw_dir, logs))
+        else:
+            results.append(run_conveyor(scenario, repetition, conveyor_dir, logs))
         report_progress(results[-1])
     return rep_dir, results
 
@@ -354,7 +318,7 @@ def report_progress(result: Measurement) -> None:
     """Prints one finished run, so a long benchmark shows where it is."""
     extra = " ".join(f"{key}={value}" for key, value in result.details.items())
     print(
-        f"  rep {result.repetition} {result.tool:<8} {result.scenario:<6} "
+        f"  rep {result.repetition} {result.tool:<8} {result.scenario:<5} "
         f"{result.wall_seconds:7.1f} s {result.peak_rss_mib:7.0f} MiB "
         f"versions_in_serving={result.pushed_versions} {extra}",
         flush=True,
@@ -368,15 +332,24 @@ def median_of(results: list[Measurement], tool: str, scenario: str, attribute: s
 
 
 def summarize(results: list[Measurement], help_runs: list[Measurement]) -> dict:
-    """Reduces the runs to medians per scenario, ratios, help timing and pushed versions."""
+    """Reduces the runs to medians per comparison, ratios, help timing and pushed versions.
+
+    `scenarios` is keyed by Conveyor's scenario; `raw_scenario` names the raw figure it is set
+    against (both Conveyor re-runs are compared with the one raw re-run).
+    """
     scenarios = {}
-    for scenario in SCENARIOS:
-        raw_s, conveyor_s, raw_mib, conveyor_mib = (
-            median_of(results, tool, scenario, attribute)
+    for conveyor_scenario, raw_scenario, label in COMPARISONS:
+        raw_s, raw_mib = (
+            median_of(results, "raw", raw_scenario, attribute)
             for attribute in ("wall_seconds", "peak_rss_mib")
-            for tool in ("raw", "conveyor")
         )
-        scenarios[scenario] = {
+        conveyor_s, conveyor_mib = (
+            median_of(results, "conveyor", conveyor_scenario, attribute)
+            for attribute in ("wall_seconds", "peak_rss_mib")
+        )
+        scenarios[conveyor_scenario] = {
+            "label": label,
+            "raw_scenario": raw_scenario,
             "raw_seconds": raw_s,
             "conveyor_seconds": conveyor_s,
             "seconds_ratio": conveyor_s / raw_s,
@@ -389,9 +362,9 @@ def summarize(results: list[Measurement], help_runs: list[Measurement]) -> dict:
             scenario: [
                 r.pushed_versions for r in results if (r.tool, r.scenario) == (tool, scenario)
             ]
-            for scenario in SCENARIOS
+            for scenario in tool_scenarios
         }
-        for tool in ("raw", "conveyor")
+        for tool, tool_scenarios in SCENARIOS.items()
     }
     help_seconds = [r.wall_seconds for r in help_runs]
     return {
@@ -404,26 +377,27 @@ def summarize(results: list[Measurement], help_runs: list[Measurement]) -> dict:
 def format_table(summary: dict) -> str:
     """Renders the summary as the plain-text table the benchmark prints."""
     header = (
-        f"{'scenario':<18} | {'raw TFX s':>9} | {'Conveyor s':>10} | {'ratio':>5} | "
+        f"{'scenario':<{LABEL_WIDTH}} | {'raw TFX s':>9} | {'Conveyor s':>10} | {'ratio':>5} | "
         f"{'raw peak MiB':>12} | {'Conveyor peak MiB':>17} | {'ratio':>5}"
     )
     lines = [header, "-" * len(header)]
-    for scenario, label in SCENARIOS.items():
-        row = summary["scenarios"][scenario]
+    for conveyor_scenario, _, label in COMPARISONS:
+        row = summary["scenarios"][conveyor_scenario]
         lines.append(
-            f"{label:<18} | {row['raw_seconds']:>9.1f} | {row['conveyor_seconds']:>10.1f} | "
-            f"{row['seconds_ratio']:>5.2f} | {row['raw_peak_mib']:>12.0f} | "
+            f"{label:<{LABEL_WIDTH}} | {row['raw_seconds']:>9.1f} | "
+            f"{row['conveyor_seconds']:>10.1f} | {row['seconds_ratio']:>5.2f} | "
+            f"{row['raw_peak_mib']:>12.0f} | "
             f"{row['conveyor_peak_mib']:>17.0f} | {row['peak_ratio']:>5.2f}"
         )
     help_seconds = summary["conveyor_help"]["median_seconds"]
-    lines.append(f"{'conveyor --help':<18} | {'-':>9} | {help_seconds:>10.2f} |")
+    lines.append(f"{'conveyor --help':<{LABEL_WIDTH}} | {'-':>9} | {help_seconds:>10.2f} |")
     lines.append("")
     lines.append("pushed model versions after each run (one entry per repetition):")
     pushed = summary["pushed_versions_after_run"]
-    for scenario, label in SCENARIOS.items():
+    for conveyor_scenario, raw_scenario, label in COMPARISONS:
         lines.append(
-            f"  {label:<18} raw TFX {pushed['raw'][scenario]}  "
-            f"Conveyor {pushed['conveyor'][scenario]}"
+            f"  {label:<{LABEL_WIDTH}} raw TFX {pushed['raw'][raw_scenario]}  "
+            f"Conveyor {pushed['conveyor'][conveyor_scenario]}"
         )
     return "\n".join(lines)
 
@@ -455,16 +429,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def benchmark(args: argparse.Namespace, out_root: Path, created: list[Path]) -> dict:
     """Runs every repetition and the help timing; returns the JSON-ready result."""
-    seed_raw = not raw_script_can_prepare_data(VENV_PYTHON)
-    if seed_raw:
-        print(
-            "note: `import palmerpenguins` fails in the venv, so the bench writes the raw "
-            "script's input with its own prepare_data and runs it with --reuse.",
-            flush=True,
-        )
     results: list[Measurement] = []
     for repetition in range(args.repeats):
-        rep_dir, rep_results = run_repetition(repetition, args.raw_script, out_root, seed_raw)
+        rep_dir, rep_results = run_repetition(repetition, args.raw_script, out_root)
         created.append(rep_dir)
         results.extend(rep_results)
     created.append(out_root / "help-logs")
@@ -473,8 +440,7 @@ def benchmark(args: argparse.Namespace, out_root: Path, created: list[Path]) -> 
         "command": shlex.join(sys.orig_argv),
         "raw_script": str(args.raw_script),
         "repeats": args.repeats,
-        "measured_with": "/usr/bin/time -v" if GNU_TIME.exists() else "os.wait4 rusage",
-        "raw_input_seeded_by_bench": seed_raw,
+        "measured_with": f"{GNU_TIME} -v",
         **summarize(results, help_runs),
         "runs": [asdict(r) for r in [*results, *help_runs]],
     }
@@ -482,6 +448,13 @@ def benchmark(args: argparse.Namespace, out_root: Path, created: list[Path]) -> 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if not GNU_TIME.is_file():
+        print(
+            f"error: GNU time is needed at {GNU_TIME} to measure peak memory; "
+            "install the Debian package `time` (apt-get install time).",
+            file=sys.stderr,
+        )
+        return 1
     print(f"command: {shlex.join(sys.orig_argv)}", flush=True)
     own_temp_dir = args.out_dir is None
     out_root = Path(tempfile.mkdtemp(prefix="bench-penguin-")) if own_temp_dir else args.out_dir

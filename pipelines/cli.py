@@ -85,6 +85,17 @@ def cmd_run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return EXIT_FAILED
+    from pipelines import fingerprint
+
+    previous = None if args.force else fingerprint.unchanged_since(paths)
+    if previous is not None:
+        served = previous["served_versions"]
+        print(
+            f"UNCHANGED: same data, spec, schema and code as run {previous['run_id']}; nothing "
+            f"executed, nothing pushed (serving {'version ' + served[-1] if served else 'nothing'}"
+            "). --force runs the pipeline anyway (every component would be a cache hit)."
+        )
+        return 0
     from pipelines.runners import local
 
     result = local.run(loaded, workdir)
@@ -126,7 +137,10 @@ def build_parser() -> argparse.ArgumentParser:
     def common(p: argparse.ArgumentParser, workdir: bool = True) -> None:
         p.add_argument("--env", default="local", help="environment profile in configs/")
         p.add_argument(
-            "--set", action="append", default=[], metavar="KEY.PATH=VALUE",
+            "--set",
+            action="append",
+            default=[],
+            metavar="KEY.PATH=VALUE",
             help="override a spec value (YAML); repeatable, applied last",
         )
         if workdir:
@@ -152,6 +166,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("run", help="run a pipeline locally (LocalDagRunner)")
     p.add_argument("pipeline")
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="run through TFX even when nothing changed since the last successful run",
+    )
     common(p)
     p.set_defaults(func=cmd_run)
 

@@ -163,9 +163,7 @@ def _allowed_keys(model: type, loc: tuple[str, ...]) -> list[str] | None:
         fields = getattr(current, "model_fields", None)
         if fields is None:
             return None
-        field = next(
-            (f for name, f in fields.items() if name == part or f.alias == part), None
-        )
+        field = next((f for name, f in fields.items() if name == part or f.alias == part), None)
         if field is None:
             if part.isdigit():
                 continue
@@ -263,8 +261,10 @@ def load_spec(
     layers: list[tuple[str, Mapping[str, Any]]] = [
         (_relative(path), spec_layer),
         (_relative(profile_path), profile),
-        (f"{_relative(profile_path)} ({_PER_PIPELINE_KEY}.{spec_layer.get('name')})",
-         per_pipeline.get(spec_layer.get("name"), {}) or {}),
+        (
+            f"{_relative(profile_path)} ({_PER_PIPELINE_KEY}.{spec_layer.get('name')})",
+            per_pipeline.get(spec_layer.get("name"), {}) or {},
+        ),
     ]
     layers += [(f"--set {o}", parse_override(o)) for o in overrides]
     spec, provenance = validate_layers(layers)
@@ -295,9 +295,7 @@ def csv_columns(input_dir: Path) -> tuple[str, list[str]] | None:
     return files[0], header
 
 
-def check_columns(
-    spec: PipelineSpec, provenance: Provenance, workdir: Path | None = None
-) -> None:
+def check_columns(spec: PipelineSpec, provenance: Provenance, workdir: Path | None = None) -> None:
     """Every label and feature column the trainer needs exists in the schema (or the data)."""
     needed = [("trainer.label", spec.trainer.label)] + [
         (f"trainer.features[{i}].name", f.name) for i, f in enumerate(spec.trainer.features)

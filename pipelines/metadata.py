@@ -30,12 +30,16 @@ _STATE_NAMES = {
 }
 
 
-def connection_config(spec: PipelineSpec, metadata_path: Path) -> metadata_store_pb2.ConnectionConfig:
+def connection_config(
+    spec: PipelineSpec, metadata_path: Path
+) -> metadata_store_pb2.ConnectionConfig:
     config = metadata_store_pb2.ConnectionConfig()
     metadata = spec.runtime.metadata
     if metadata.kind is MetadataKind.SQLITE:
         config.sqlite.filename_uri = str(metadata_path)
-        config.sqlite.connection_mode = metadata_store_pb2.SqliteMetadataSourceConfig.READWRITE_OPENCREATE
+        config.sqlite.connection_mode = (
+            metadata_store_pb2.SqliteMetadataSourceConfig.READWRITE_OPENCREATE
+        )
     else:
         config.mysql.host = str(metadata.host)
         config.mysql.port = int(metadata.port or 3306)
@@ -85,8 +89,11 @@ def run_record(store: metadata_store.MetadataStore, context) -> RunRecord:
     failed = running = False
     for execution in sorted(executions, key=lambda e: e.id):
         node_name = next(
-            (c.name for c in store.get_contexts_by_execution(execution.id)
-             if c.type_id == node_type_id),
+            (
+                c.name
+                for c in store.get_contexts_by_execution(execution.id)
+                if c.type_id == node_type_id
+            ),
             "",
         )
         # TFX names node contexts `<pipeline>.<node id>`.
@@ -124,7 +131,8 @@ def list_runs(
 ) -> list[RunRecord]:
     """The pipeline's most recent runs, newest first."""
     contexts = [
-        c for c in store.get_contexts_by_type(RUN_CONTEXT_TYPE)
+        c
+        for c in store.get_contexts_by_type(RUN_CONTEXT_TYPE)
         if c.name.startswith(pipeline_name + "-")
     ]
     contexts.sort(key=lambda c: c.create_time_since_epoch, reverse=True)

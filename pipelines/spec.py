@@ -173,8 +173,7 @@ class EvaluationSpec(StrictModel):
     @model_validator(mode="after")
     def _gated(self) -> EvaluationSpec:
         if not any(
-            m.lower_bound is not None or m.upper_bound is not None or m.change
-            for m in self.metrics
+            m.lower_bound is not None or m.upper_bound is not None or m.change for m in self.metrics
         ):
             raise ValueError(
                 "at least one metric needs a threshold, or no model would ever be blessed"
@@ -183,7 +182,9 @@ class EvaluationSpec(StrictModel):
 
 
 class PushSpec(StrictModel):
-    base_dir: str = Field(description="TF Serving model base path; relative paths are under workdir.")
+    base_dir: str = Field(
+        description="TF Serving model base path; relative paths are under workdir."
+    )
     model_name: Identifier
 
 

@@ -37,4 +37,3 @@ class ServedModelStrategy(resolver.ResolverStrategy):
             if model_id in models:
                 return {**input_dict, MODEL_KEY: [models[model_id]]}
         return {**input_dict, MODEL_KEY: []}
-

@@ -5,7 +5,6 @@ component fails instead, so nothing downstream (Trainer, Evaluator, Pusher) runs
 serving stays as it was. Its error lists every anomalous column of every split in one paragraph.
 """
 
-
 import os
 
 from tensorflow_metadata.proto.v0 import anomalies_pb2

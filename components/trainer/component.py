@@ -39,9 +39,12 @@ class Executor(tfx_trainer_executor.GenericExecutor):
             artifact_utils.get_split_uri([statistics], "train"),
             stats_artifact_utils.BINARY_PB_BASENAME,
         )
-        custom_config = json_utils.loads(
-            exec_properties.get(standard_component_specs.CUSTOM_CONFIG_KEY) or "null"
-        ) or {}
+        custom_config = (
+            json_utils.loads(
+                exec_properties.get(standard_component_specs.CUSTOM_CONFIG_KEY) or "null"
+            )
+            or {}
+        )
         custom_config[STATISTICS_PATH_KEY] = path
         exec_properties = {
             **exec_properties,

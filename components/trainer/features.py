@@ -110,14 +110,18 @@ def describe(
     schema_features = {f.name: f for f in schema.feature}
     stats_by_name = _feature_stats(stats)
 
-    def column(name: str, role: str) -> tuple[schema_pb2.Feature, statistics_pb2.FeatureNameStatistics]:
+    def column(
+        name: str, role: str
+    ) -> tuple[schema_pb2.Feature, statistics_pb2.FeatureNameStatistics]:
         if name not in schema_features:
             raise TrainerConfigError(
                 f"{role} column {name!r} is not in the schema "
                 f"(columns: {', '.join(sorted(schema_features))})"
             )
         if name not in stats_by_name:
-            raise TrainerConfigError(f"{role} column {name!r} has no statistics in the training split")
+            raise TrainerConfigError(
+                f"{role} column {name!r} has no statistics in the training split"
+            )
         return schema_features[name], stats_by_name[name]
 
     infos = []
@@ -140,7 +144,10 @@ def describe(
         else:
             infos.append(
                 FeatureInfo(
-                    spec["name"], "categorical", dtype, hash_buckets=int(spec.get("hash_buckets", 64))
+                    spec["name"],
+                    "categorical",
+                    dtype,
+                    hash_buckets=int(spec.get("hash_buckets", 64)),
                 )
             )
 

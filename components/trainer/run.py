@@ -121,7 +121,10 @@ def train(
         )
     log.info(
         "strategy %s, %d replica(s), global batch %d, per-replica batch %d",
-        type(strategy).__name__, replicas, batch_size, batch_size // replicas,
+        type(strategy).__name__,
+        replicas,
+        batch_size,
+        batch_size // replicas,
     )
     preprocessor = model_lib.Preprocessor(features)
     seed = int(trainer.get("seed", 42))

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import yaml
 
+from pipelines import fingerprint
 from pipelines.config import LoadedSpec
 from pipelines.metadata import NodeRecord, find_run, open_store
 from pipelines.registry import RunPaths
@@ -130,6 +131,9 @@ def run(loaded: LoadedSpec, workdir: Path, echo: Callable[[str], None] = print) 
 
     spec = loaded.spec
     paths = RunPaths(workdir=Path(workdir).resolve(), spec=spec)
+    # Taken before the run: an input file that changes while it runs must not be recorded as
+    # the input this run consumed.
+    inputs_fingerprint = fingerprint.compute(paths)
     run_id = new_run_id(spec.name)
     run_dir = paths.runs_dir / run_id
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -155,6 +159,8 @@ def run(loaded: LoadedSpec, workdir: Path, echo: Callable[[str], None] = print) 
     result = _summarise(spec.name, run_id, paths, failure, progress.timings)
     result.run_dir = str(run_dir)
     (run_dir / "summary.json").write_text(json.dumps(asdict(result), indent=2))
+    if result.ok:
+        fingerprint.record_success(paths, run_id, result.outcome, inputs_fingerprint)
     return result
 
 
@@ -187,8 +193,13 @@ def _summarise(
     if record and record.pushed_version:
         path = paths.serving_dir / record.pushed_version
         return RunResult(
-            run_id, pipeline, "pushed", f"pushed version {record.pushed_version} to {path}",
-            record.pushed_version, str(path), nodes,
+            run_id,
+            pipeline,
+            "pushed",
+            f"pushed version {record.pushed_version} to {path}",
+            record.pushed_version,
+            str(path),
+            nodes,
         )
     reason = (record.push_reason if record else None) or (
         "every component was a cache hit: same data, spec and code as an earlier run"

@@ -18,8 +18,14 @@ from pipelines.runners import local
 from tests.conftest import copy_fixture
 
 TRAINED_NODES = {
-    "csv_example_gen", "statistics_gen", "schema_gen", "example_validator", "data_gate",
-    "trainer", "evaluator", "pusher",
+    "csv_example_gen",
+    "statistics_gen",
+    "schema_gen",
+    "example_validator",
+    "data_gate",
+    "trainer",
+    "evaluator",
+    "pusher",
 }
 
 
@@ -87,6 +93,17 @@ def test_unchanged_rerun_executes_nothing_and_pushes_nothing(penguin):
     assert model_digest(str(paths.serving_dir / "1")) == before
 
 
+def test_cli_rerun_answers_unchanged_without_running_anything(penguin, capsys):
+    loaded, paths, _, _ = penguin
+    store = metadata.open_store(loaded.spec, paths.metadata_path)
+    runs_before = len(metadata.list_runs(store, "penguin"))
+    argv = ["run", "penguin", "--env", "ci", "--workdir", str(paths.workdir)]
+    assert cli.main(argv) == 0
+    assert capsys.readouterr().out.startswith("UNCHANGED: same data, spec, schema and code")
+    assert len(metadata.list_runs(store, "penguin")) == runs_before
+    assert sorted(p.name for p in paths.serving_dir.iterdir()) == ["1"]
+
+
 @pytest.mark.parametrize(
     ("fixture", "column", "problem"),
     [
@@ -94,7 +111,9 @@ def test_unchanged_rerun_executes_nothing_and_pushes_nothing(penguin):
         ("penguins_missing_column.csv", "flipper_length_mm", "Column dropped"),
     ],
 )
-def test_bad_data_stops_at_the_data_gate_and_serving_is_untouched(penguin, fixture, column, problem):
+def test_bad_data_stops_at_the_data_gate_and_serving_is_untouched(
+    penguin, fixture, column, problem
+):
     loaded, paths, _, _ = penguin
     served_before = model_digest(str(paths.serving_dir / "1"))
     copy_fixture(fixture, paths.input_dir, "penguins.csv")

@@ -19,17 +19,27 @@ def test_taxi_runs_fully_and_serves_a_binary_classifier(tmp_path):
     serve = tf.saved_model.load(str(paths.serving_dir / "1")).signatures["serving_default"]
     nan = float("nan")
     rows = {
-        "fare": [12.45, 40.0], "trip_miles": [1.2, 15.0], "trip_seconds": [300, 1500],
-        "pickup_latitude": [41.88, nan], "pickup_longitude": [-87.63, nan],
-        "dropoff_latitude": [41.9, nan], "dropoff_longitude": [-87.62, nan],
-        "trip_start_hour": [19, 8], "trip_start_day": [6, 2], "trip_start_month": [5, 11],
-        "pickup_community_area": [8, 76], "dropoff_community_area": [32, 8],
-        "payment_type": ["Credit Card", "Cash"], "company": ["", "Flash Cab"],
+        "fare": [12.45, 40.0],
+        "trip_miles": [1.2, 15.0],
+        "trip_seconds": [300, 1500],
+        "pickup_latitude": [41.88, nan],
+        "pickup_longitude": [-87.63, nan],
+        "dropoff_latitude": [41.9, nan],
+        "dropoff_longitude": [-87.62, nan],
+        "trip_start_hour": [19, 8],
+        "trip_start_day": [6, 2],
+        "trip_start_month": [5, 11],
+        "pickup_community_area": [8, 76],
+        "dropoff_community_area": [32, 8],
+        "payment_type": ["Credit Card", "Cash"],
+        "company": ["", "Flash Cab"],
     }
     # Each input takes the type its column has in the data (the schema decides, not the test).
     _, signature = serve.structured_input_signature
     assert set(signature) == set(rows)
-    outputs = serve(**{name: tf.constant(rows[name], spec.dtype) for name, spec in signature.items()})
+    outputs = serve(
+        **{name: tf.constant(rows[name], spec.dtype) for name, spec in signature.items()}
+    )
     probabilities = outputs["probabilities"].numpy()
     assert probabilities.shape == (2, 1)
     assert ((probabilities >= 0) & (probabilities <= 1)).all()

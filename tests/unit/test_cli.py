@@ -38,14 +38,19 @@ def test_help_lists_the_commands(capsys):
 def test_validate_reports_a_bad_override_and_fails(capsys):
     assert cli.main(["validate", "penguin", "--env", "ci", "--set", "push.model_name=a b"]) == 1
     err = capsys.readouterr().err
-    assert "FAIL penguin [ci]: --set push.model_name=a b: push.model_name: String should match" in err
+    assert (
+        "FAIL penguin [ci]: --set push.model_name=a b: push.model_name: String should match" in err
+    )
 
 
 def test_data_writes_the_packaged_csv_with_missing_values_as_empty_fields(tmp_path, capsys):
     assert cli.main(["data", "penguin", "--workdir", str(tmp_path)]) == 0
     written = tmp_path / "data" / "penguin" / "penguins.csv"
     lines = written.read_text().splitlines()
-    assert lines[0] == "species,island,bill_length_mm,bill_depth_mm,flipper_length_mm,body_mass_g,sex,year"
+    assert (
+        lines[0]
+        == "species,island,bill_length_mm,bill_depth_mm,flipper_length_mm,body_mass_g,sex,year"
+    )
     assert len(lines) == 345  # 344 penguins and the header
     assert "NA" not in written.read_text()
     assert any(",," in line for line in lines)  # the missing values are kept, as empty fields

@@ -15,7 +15,8 @@ def test_each_anomalous_column_is_listed_with_its_split_and_reason():
     dropped.reason.add(description="Column is completely missing")
 
     assert describe_anomalies({"train": anomalies}) == [
-        "body_mass_g (train split): Unexpected data type: Expected data of type: FLOAT but got BYTES",
+        "body_mass_g (train split): Unexpected data type: "
+        "Expected data of type: FLOAT but got BYTES",
         "flipper_length_mm (train split): Column dropped: Column is completely missing",
     ]
 

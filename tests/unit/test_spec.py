@@ -95,8 +95,11 @@ def test_missing_label_column_names_the_column_and_the_schema(tmp_path):
 
 def test_unknown_component_type_lists_the_known_ones(tmp_path):
     path = _write_spec(tmp_path, lambda d: d.update(components=[{"type": "transformer"}]))
-    with pytest.raises(SpecError, match=r"components\.0\.type: unknown component type "
-                       r"'transformer' \(known: csv_example_gen, statistics_gen"):
+    with pytest.raises(
+        SpecError,
+        match=r"components\.0\.type: unknown component type "
+        r"'transformer' \(known: csv_example_gen, statistics_gen",
+    ):
         load_spec(str(path))
 
 

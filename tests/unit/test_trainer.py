@@ -31,13 +31,15 @@ def _toy_frame(rows: int = 240) -> pd.DataFrame:
     """Three well separated classes, with missing values as TFX's CSV decoding leaves them."""
     rng = np.random.default_rng(0)
     label = rng.integers(0, 3, rows)
-    frame = pd.DataFrame({
-        "species": [SPECIES[i] for i in label],
-        "island": [("Biscoe", "Dream", "Torgersen")[i] for i in label],
-        "mass": 3000.0 + 1500.0 * label + rng.normal(0, 150, rows),
-        "flipper": 180.0 + 15.0 * label + rng.normal(0, 3, rows),
-        "year": rng.integers(2007, 2010, rows),
-    })
+    frame = pd.DataFrame(
+        {
+            "species": [SPECIES[i] for i in label],
+            "island": [("Biscoe", "Dream", "Torgersen")[i] for i in label],
+            "mass": 3000.0 + 1500.0 * label + rng.normal(0, 150, rows),
+            "flipper": 180.0 + 15.0 * label + rng.normal(0, 3, rows),
+            "year": rng.integers(2007, 2010, rows),
+        }
+    )
     frame.loc[::7, "mass"] = np.nan
     frame.loc[::11, "island"] = None
     return frame
@@ -55,9 +57,10 @@ def _write_examples(frame: pd.DataFrame, path: str) -> None:
 
     with tf.io.TFRecordWriter(path, options="GZIP") as writer:
         for row in frame.astype(object).itertuples(index=False):
-            example = tf.train.Example(features=tf.train.Features(
-                feature={name: feature(value) for name, value in zip(frame.columns, row)}
-            ))
+            values = zip(frame.columns, row, strict=True)
+            example = tf.train.Example(
+                features=tf.train.Features(feature={name: feature(v) for name, v in values})
+            )
             writer.write(example.SerializeToString())
 
 
@@ -96,10 +99,14 @@ def test_trains_and_exports_a_model_that_predicts_from_raw_values(toy, tmp_path)
     root, described = toy
     export_dir = str(tmp_path / "model")
     summary = run_lib.train(
-        trainer=TRAINER, features=described,
-        train_files=[str(root / "train.gz")], eval_files=[str(root / "eval.gz")],
-        serving_model_dir=export_dir, model_run_dir=str(tmp_path / "run"),
-        train_steps=120, eval_steps=3,
+        trainer=TRAINER,
+        features=described,
+        train_files=[str(root / "train.gz")],
+        eval_files=[str(root / "eval.gz")],
+        serving_model_dir=export_dir,
+        model_run_dir=str(tmp_path / "run"),
+        train_steps=120,
+        eval_steps=3,
     )
     assert summary["replicas"] == 1 and summary["steps"] == 120
     assert summary["metrics"]["val_accuracy"] > 0.9
@@ -121,16 +128,23 @@ def test_trains_and_exports_a_model_that_predicts_from_raw_values(toy, tmp_path)
     assert by_example["probabilities"].shape == (4, 3)
     labels = loaded.signatures["transform_features"](examples=tf.constant(serialized))
     parsed = [tf.train.Example.FromString(s) for s in serialized]
-    expected = [SPECIES.index(p.features.feature["species"].bytes_list.value[0].decode())
-                for p in parsed]
+    expected = [
+        SPECIES.index(p.features.feature["species"].bytes_list.value[0].decode()) for p in parsed
+    ]
     assert labels["species_encoded"].numpy().tolist() == expected
 
 
 def test_unknown_strategy_and_uneven_batch_fail_before_training(toy, tmp_path):
     root, described = toy
-    common = dict(features=described, train_files=[str(root / "train.gz")],
-                  eval_files=[str(root / "eval.gz")], serving_model_dir=str(tmp_path / "m"),
-                  model_run_dir="", train_steps=1, eval_steps=1)
+    common = dict(
+        features=described,
+        train_files=[str(root / "train.gz")],
+        eval_files=[str(root / "eval.gz")],
+        serving_model_dir=str(tmp_path / "m"),
+        model_run_dir="",
+        train_steps=1,
+        eval_steps=1,
+    )
     with pytest.raises(features_lib.TrainerConfigError, match="'parameter_servers' is unknown"):
         run_lib.train(trainer={**TRAINER, "distribution": "parameter_servers"}, **common)
     with pytest.raises(features_lib.TrainerConfigError, match="TF_CONFIG is not set"):
