@@ -16,13 +16,16 @@ WORKDIR ?= $(CURDIR)/.conveyor
 export TF_CPP_MIN_LOG_LEVEL ?= 3
 export TF_USE_LEGACY_KERAS ?= 1
 
-.PHONY: help setup lock pipeline-local data test test-unit test-e2e lint bench clean
+.PHONY: help setup lock pipeline-local data test test-unit test-e2e lint bench bench-trainer \
+	gpu-check clean
 
 help:
 	@echo "make pipeline-local  set up, prepare the penguin data and run it locally (pushes a model)"
 	@echo "make test            set up and run unit + end-to-end tests"
 	@echo "make lint            ruff over the code"
 	@echo "make bench           Conveyor vs raw TFX penguin, side by side"
+	@echo "make bench-trainer   trainer examples/s: XLA, mirrored, multi-worker (taxi)"
+	@echo "make gpu-check       the gpu profile on penguin and taxi (needs GPUs)"
 	@echo "make lock            re-resolve requirements.in into requirements.lock"
 	@echo "make clean           remove the venv and generated run outputs"
 
@@ -62,6 +65,12 @@ lint: setup
 
 bench: setup
 	$(BIN)/python bench/bench_penguin.py
+
+bench-trainer: setup
+	$(BIN)/python bench/bench_trainer.py
+
+gpu-check: setup
+	$(BIN)/python bench/gpu_check.py
 
 clean:
 	rm -rf $(VENV) .conveyor .pytest_cache

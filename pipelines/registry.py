@@ -169,6 +169,7 @@ def _trainer(ctx: BuildContext, node_id: str) -> None:
             "trainer": trainer.model_dump(mode="json"),
             "code_version": code_version(),
         },
+        base_model=ctx.channels.get("warm_start_model") if trainer.warm_start else None,
     ).with_id(node_id)
     for gate in ctx.gates:  # a gate that fails stops the run before any training
         node.add_upstream_node(gate)
@@ -191,6 +192,23 @@ def _baseline_resolver(ctx: BuildContext, node_id: str) -> None:
     ).with_id(node_id)
     ctx.nodes.append(node)
     ctx.channels["baseline_model"] = node.outputs[strategy.MODEL_KEY]
+
+
+def _warm_start_resolver(ctx: BuildContext, node_id: str) -> None:
+    from tfx import v1 as tfx
+
+    from components.baseline import strategy
+
+    node = tfx.dsl.Resolver(
+        strategy_class=strategy.WarmStartModelStrategy,
+        **{
+            strategy.EXAMPLES_KEY: ctx.need("examples", node_id),
+            strategy.MODEL_KEY: tfx.dsl.Channel(type=tfx.types.standard_artifacts.Model),
+            strategy.PUSH_KEY: tfx.dsl.Channel(type=tfx.types.standard_artifacts.PushedModel),
+        },
+    ).with_id(node_id)
+    ctx.nodes.append(node)
+    ctx.channels["warm_start_model"] = node.outputs[strategy.MODEL_KEY]
 
 
 def eval_config(spec: PipelineSpec):
@@ -280,6 +298,7 @@ BUILDERS: dict[str, ComponentBuilder] = {
     "schema_gen": ComponentBuilder(_schema_gen, ("schema",)),
     "example_validator": ComponentBuilder(_example_validator, ("anomalies",)),
     "data_gate": ComponentBuilder(_data_gate, ()),
+    "warm_start_resolver": ComponentBuilder(_warm_start_resolver, ("warm_start_model",)),
     "trainer": ComponentBuilder(_trainer, ("model",)),
     "baseline_resolver": ComponentBuilder(_baseline_resolver, ("baseline_model",)),
     "evaluator": ComponentBuilder(_evaluator, ("blessing",)),

@@ -100,6 +100,10 @@ class Task(str, enum.Enum):
 
 
 class Strategy(str, enum.Enum):
+    """tf.distribute strategies. ParameterServerStrategy is not offered: Keras `fit` needs a
+    coordinator process and dedicated ps tasks that neither TFX's Trainer nor LocalDagRunner
+    provide, so it could not be made correct here."""
+
     DEFAULT = "default"
     MIRRORED = "mirrored"
     MULTI_WORKER = "multi_worker"
@@ -113,10 +117,28 @@ class TrainerSpec(StrictModel):
     dropout: float = Field(default=0.0, ge=0.0, lt=1.0)
     train_steps: int = Field(default=500, gt=0)
     eval_steps: int = Field(default=20, gt=0)
-    batch_size: int = Field(default=64, gt=0, description="Global batch size.")
+    batch_size: int = Field(default=64, gt=0, description="Global batch, split over replicas.")
     learning_rate: float = Field(default=0.01, gt=0.0)
+    scale_learning_rate: bool = Field(
+        default=False, description="Multiply the learning rate by the number of replicas."
+    )
+    gradient_clip_norm: float | None = Field(default=None, gt=0.0)
     distribution: Strategy = Strategy.DEFAULT
+    devices: tuple[str, ...] = Field(
+        default=(), description="mirrored: devices to use (all local GPUs, else the CPU)."
+    )
     jit_compile: bool = False
+    mixed_precision: bool = Field(
+        default=False, description="mixed_float16 on GPU, mixed_bfloat16 on CPU."
+    )
+    cache_dataset: bool = Field(default=False, description="Keep parsed records in memory.")
+    checkpoint_every_steps: int = Field(
+        default=100, gt=0, description="Steps between the checkpoints a re-run resumes from."
+    )
+    warm_start: bool = Field(
+        default=False,
+        description="Initialise from the served model (needs a warm_start_resolver component).",
+    )
     seed: int = 42
 
     @model_validator(mode="after")
@@ -219,9 +241,6 @@ class RuntimeSpec(StrictModel):
     enable_cache: bool = True
     metadata: MetadataSpec = MetadataSpec()
     beam_args: tuple[str, ...] = ("--direct_running_mode=in_memory", "--direct_num_workers=1")
-    logical_cpu_devices: int = Field(
-        default=0, ge=0, description="Split the CPU into N logical devices (tests of mirrored)."
-    )
 
 
 # The reference chain; a spec's `components` may reorder, drop or repeat these types.
@@ -283,6 +302,20 @@ class PipelineSpec(StrictModel):
         repeated = sorted({i for i in ids if ids.count(i) > 1})
         if repeated:
             raise ValueError(f"components: node ids must be unique, repeated: {repeated}")
+        return self
+
+    @model_validator(mode="after")
+    def _warm_start_has_a_source(self) -> PipelineSpec:
+        types = [c.type for c in self.components]
+        if (
+            self.trainer.warm_start
+            and "warm_start_resolver"
+            not in types[: types.index("trainer") if "trainer" in types else len(types)]
+        ):
+            raise ValueError(
+                "trainer.warm_start needs a `warm_start_resolver` component before the trainer "
+                "in `components`"
+            )
         return self
 
     @model_validator(mode="after")

@@ -9,6 +9,8 @@ component adds it as an input and its executor hands the training split's path t
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 from typing import Any
 
@@ -16,13 +18,17 @@ from tfx import types
 from tfx.components.statistics_gen import stats_artifact_utils
 from tfx.components.trainer import executor as tfx_trainer_executor
 from tfx.dsl.components.base import base_component, executor_spec
+from tfx.dsl.io import fileio
 from tfx.proto import trainer_pb2
 from tfx.types import artifact_utils, standard_artifacts, standard_component_specs
 from tfx.types.component_spec import ChannelParameter
 from tfx.utils import json_utils
 
+from components.trainer.features import SUMMARY_FILE
+
 STATISTICS_KEY = "statistics"
 STATISTICS_PATH_KEY = "statistics_path"
+CHECKPOINT_DIR_KEY = "checkpoint_dir"
 
 
 class TrainerWithStatisticsSpec(standard_component_specs.TrainerSpec):
@@ -32,6 +38,43 @@ class TrainerWithStatisticsSpec(standard_component_specs.TrainerSpec):
     }
 
 
+def checkpoint_dir(input_dict, output_dict, custom_config: dict[str, Any]) -> str:
+    """Where this training's checkpoints live: the same for a re-run of a crashed execution.
+
+    TFX gives every execution a new model_run directory, so checkpoints there would be lost
+    to a retry. This one is keyed by the input artifacts and the trainer spec instead, under
+    the Trainer node's own folder of the pipeline root.
+    """
+    model = artifact_utils.get_single_instance(output_dict[standard_component_specs.MODEL_KEY])
+    node_root = os.path.dirname(os.path.dirname(model.uri))
+    inputs = sorted((key, a.id) for key, artifacts in input_dict.items() for a in artifacts)
+    identity = [inputs, custom_config.get("trainer"), custom_config.get("code_version")]
+    key = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:16]
+    return os.path.join(node_root, "checkpoints", key)
+
+
+def record_summary(output_dict) -> None:
+    """Copies the training summary onto the Model artifact, so ML Metadata answers for it."""
+    model = artifact_utils.get_single_instance(output_dict[standard_component_specs.MODEL_KEY])
+    model_run = artifact_utils.get_single_instance(
+        output_dict[standard_component_specs.MODEL_RUN_KEY]
+    )
+    path = os.path.join(model_run.uri, SUMMARY_FILE)
+    if not fileio.exists(path):
+        return  # only the chief writes one
+    with fileio.open(path) as handle:
+        summary = json.loads(handle.read())
+    model.set_string_custom_property("conveyor_training_summary", json.dumps(summary))
+    for key in ("steps", "replicas", "global_batch_size", "resumed_from_step"):
+        model.set_int_custom_property(f"conveyor_{key}", int(summary[key]))
+    model.set_float_custom_property(
+        "conveyor_examples_per_second", float(summary["examples_per_second"])
+    )
+    model.set_string_custom_property("conveyor_strategy", summary["strategy"])
+    for name, value in summary["metrics"].items():
+        model.set_float_custom_property(f"conveyor_final_{name}", value)
+
+
 class Executor(tfx_trainer_executor.GenericExecutor):
     def Do(self, input_dict, output_dict, exec_properties):  # noqa: N802 - TFX's name
         statistics = artifact_utils.get_single_instance(input_dict[STATISTICS_KEY])
@@ -39,19 +82,17 @@ class Executor(tfx_trainer_executor.GenericExecutor):
             artifact_utils.get_split_uri([statistics], "train"),
             stats_artifact_utils.BINARY_PB_BASENAME,
         )
-        custom_config = (
-            json_utils.loads(
-                exec_properties.get(standard_component_specs.CUSTOM_CONFIG_KEY) or "null"
-            )
-            or {}
-        )
+        config_json = exec_properties.get(standard_component_specs.CUSTOM_CONFIG_KEY)
+        custom_config = json_utils.loads(config_json or "null") or {}
         custom_config[STATISTICS_PATH_KEY] = path
+        custom_config[CHECKPOINT_DIR_KEY] = checkpoint_dir(input_dict, output_dict, custom_config)
         exec_properties = {
             **exec_properties,
             standard_component_specs.CUSTOM_CONFIG_KEY: json_utils.dumps(custom_config),
         }
         inputs = {k: v for k, v in input_dict.items() if k != STATISTICS_KEY}
         super().Do(inputs, output_dict, exec_properties)
+        record_summary(output_dict)
 
 
 class Trainer(base_component.BaseComponent):

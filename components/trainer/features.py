@@ -15,6 +15,9 @@ from typing import Any
 
 from tensorflow_metadata.proto.v0 import schema_pb2, statistics_pb2
 
+# Written by the trainer into the model run directory; copied onto the Model artifact in MLMD.
+SUMMARY_FILE = "training_summary.json"
+
 
 class TrainerConfigError(ValueError):
     """The trainer cannot be built from this spec, schema and statistics."""

@@ -8,12 +8,23 @@ missing values share one out-of-vocabulary slot), and categorical integers are h
 
 from __future__ import annotations
 
+import io
+import json
+import os
 from collections.abc import Mapping
+from typing import Any
 
+import numpy as np
 import tensorflow as tf
 import tf_keras as keras
 
-from components.trainer.features import DType, FeatureInfo, FeatureSet, LabelInfo
+from components.trainer.features import (
+    DType,
+    FeatureInfo,
+    FeatureSet,
+    LabelInfo,
+    TrainerConfigError,
+)
 
 # What a missing value looks like once parsed: tf.Example simply omits the feature.
 MISSING_FLOAT = float("nan")
@@ -27,6 +38,12 @@ _MISSING = {DType.FLOAT: MISSING_FLOAT, DType.INT: MISSING_INT, DType.STRING: MI
 # the label name with this suffix).
 PREDICTION_KEY = {"classification": "probabilities", "regression": "predictions"}
 LABEL_SUFFIX = "_encoded"
+
+# TF Serving ignores assets.extra/ (bar its warm-up requests file): a safe place for what a later
+# run needs to warm start from this model.
+WARM_START_DIR = "assets.extra"
+ARCHITECTURE_FILE = "conveyor_architecture.json"
+WEIGHTS_FILE = "conveyor_weights.npz"
 
 
 def _columns(features: FeatureSet, with_label: bool) -> list[FeatureInfo | LabelInfo]:
@@ -153,7 +170,11 @@ def build_network(
 
 
 def compile_network(
-    network: keras.Model, label: LabelInfo, learning_rate: float, jit_compile: bool
+    network: keras.Model,
+    label: LabelInfo,
+    learning_rate: float,
+    jit_compile: bool,
+    gradient_clip_norm: float | None = None,
 ) -> None:
     if label.task == "regression":
         loss, metrics = keras.losses.MeanSquaredError(), [keras.metrics.MeanSquaredError()]
@@ -164,7 +185,7 @@ def compile_network(
         loss = keras.losses.SparseCategoricalCrossentropy()
         metrics = [keras.metrics.SparseCategoricalAccuracy(name="accuracy")]
     network.compile(
-        optimizer=keras.optimizers.Adam(learning_rate),
+        optimizer=keras.optimizers.Adam(learning_rate, global_clipnorm=gradient_clip_norm),
         loss=loss,
         metrics=metrics,
         jit_compile=jit_compile,
@@ -179,6 +200,10 @@ class ServingModule(tf.Module):
         self._features = features
         self.preprocessor = preprocessor
         self.network = network
+
+    @property
+    def features(self) -> FeatureSet:
+        return self._features
 
     def _predict(self, raw: Mapping[str, tf.Tensor]) -> dict[str, tf.Tensor]:
         output = self.network(self.preprocessor.vectorize(raw), training=False)
@@ -225,5 +250,70 @@ class ServingModule(tf.Module):
         }
 
 
-def export(module: ServingModule, path: str) -> None:
+def _architecture(features: FeatureSet, trainer: Mapping[str, Any]) -> dict[str, Any]:
+    """What must match for weights to carry over: columns, encodings and network shape."""
+    described = features.to_dict()
+    for feature in described["features"]:
+        feature.pop("mean"), feature.pop("std")  # statistics may drift; shapes may not
+    return {
+        "features": described,
+        "hidden_units": list(trainer.get("hidden_units", ())),
+    }
+
+
+def export(module: ServingModule, path: str, trainer: Mapping[str, Any]) -> None:
+    """Saves the SavedModel, plus what a later warm start needs under assets.extra/."""
     tf.saved_model.save(module, path, signatures=module.signatures())
+    extra = os.path.join(path, WARM_START_DIR)
+    tf.io.gfile.makedirs(extra)
+    with tf.io.gfile.GFile(os.path.join(extra, ARCHITECTURE_FILE), "w") as handle:
+        handle.write(json.dumps(_architecture(module.features, trainer), indent=2, sort_keys=True))
+    buffer = io.BytesIO()  # np.savez seeks, which GFile (any filesystem) does not allow
+    np.savez(buffer, *module.network.get_weights())
+    with tf.io.gfile.GFile(os.path.join(extra, WEIGHTS_FILE), "wb") as handle:
+        handle.write(buffer.getvalue())
+
+
+def read_warm_start(
+    model_dir: str, features: FeatureSet, trainer: Mapping[str, Any]
+) -> list[np.ndarray]:
+    """The weights of an earlier model, if it has the same columns and network shape.
+
+    Raises:
+      TrainerConfigError: naming what differs, when the weights cannot carry over.
+    """
+    extra = os.path.join(model_dir, WARM_START_DIR)
+    try:
+        with tf.io.gfile.GFile(os.path.join(extra, ARCHITECTURE_FILE)) as handle:
+            previous = json.loads(handle.read())
+    except tf.errors.NotFoundError:
+        raise TrainerConfigError(
+            f"warm start refused: {model_dir} was not exported by Conveyor's trainer"
+        ) from None
+    current = json.loads(json.dumps(_architecture(features, trainer), sort_keys=True))
+    if previous != current:
+        differences = _differences(previous, current)
+        raise TrainerConfigError(
+            "warm start refused: the feature set or network changed since the served model "
+            f"({'; '.join(differences)}); train from scratch (trainer.warm_start: false)"
+        )
+    with tf.io.gfile.GFile(os.path.join(extra, WEIGHTS_FILE), "rb") as handle:
+        stored = np.load(io.BytesIO(handle.read()))
+        return [stored[f"arr_{i}"] for i in range(len(stored.files))]
+
+
+def _differences(previous: dict, current: dict) -> list[str]:
+    before = {f["name"]: f for f in previous["features"]["features"]}
+    after = {f["name"]: f for f in current["features"]["features"]}
+    notes = [f"column {n!r} added" for n in sorted(set(after) - set(before))]
+    notes += [f"column {n!r} removed" for n in sorted(set(before) - set(after))]
+    notes += [
+        f"column {n!r} encoded differently"
+        for n in sorted(set(before) & set(after))
+        if before[n] != after[n]
+    ]
+    if previous["features"]["label"] != current["features"]["label"]:
+        notes.append("label classes differ")
+    if previous["hidden_units"] != current["hidden_units"]:
+        notes.append(f"hidden_units {previous['hidden_units']} -> {current['hidden_units']}")
+    return notes or ["column order differs"]

@@ -2,7 +2,14 @@
 
 The Trainer component calls `run_fn(fn_args)`; everything it needs comes from the spec (passed in
 `custom_config["trainer"]`), the schema, and the training split's statistics (whose path the
-Conveyor Trainer's executor adds as `custom_config["statistics_path"]`).
+Conveyor Trainer's executor adds as `custom_config["statistics_path"]`, together with a
+checkpoint directory that survives a crashed execution).
+
+Distribution is a spec setting: `default` (one device), `mirrored` (all local GPUs, or the
+devices the spec names; CPU devices are split into logical devices when needed) and
+`multi_worker` (MultiWorkerMirroredStrategy from TF_CONFIG; the chief alone exports). The batch
+size is global. Training runs in chunks of `checkpoint_every_steps`, each ending in a
+checkpoint (Keras BackupAndRestore), so a killed trainer re-run resumes where it stopped.
 """
 
 from __future__ import annotations
@@ -20,19 +27,50 @@ import tensorflow as tf
 import tf_keras as keras
 
 from components.trainer import model as model_lib
-from components.trainer.features import FeatureSet, TrainerConfigError, describe
+from components.trainer.features import SUMMARY_FILE, FeatureSet, TrainerConfigError, describe
 
 log = logging.getLogger(__name__)
 
-SUMMARY_FILE = "training_summary.json"
+PROGRESS_FILE = "progress.json"  # steps completed, next to the BackupAndRestore checkpoints
 
 
-def make_strategy(name: str, jit_compile: bool) -> tf.distribute.Strategy:
+def prepare_devices(trainer: Mapping[str, Any]) -> None:
+    """Splits the CPU into the logical devices a mirrored spec names, if it names CPUs.
+
+    Possible only before TensorFlow initialises its devices: a process that trains on several
+    CPU devices calls this first.
+    """
+    count = len([d for d in trainer.get("devices", ()) if "cpu" in d.lower()])
+    if count > 1:
+        _ensure_cpu_devices(count)
+
+
+def _ensure_cpu_devices(count: int) -> None:
+    cpus = tf.config.list_physical_devices("CPU")  # listing physical devices initialises nothing
+    try:
+        tf.config.set_logical_device_configuration(
+            cpus[0], [tf.config.LogicalDeviceConfiguration()] * count
+        )
+    except RuntimeError:
+        if len(tf.config.list_logical_devices("CPU")) >= count:
+            return  # split already, by an earlier call in this process
+        raise TrainerConfigError(
+            f"trainer.devices names {count} CPU devices, but TensorFlow was already initialised "
+            "with fewer; split the CPU before anything else uses TensorFlow (a fresh process)"
+        ) from None
+
+
+def make_strategy(
+    name: str, devices: Sequence[str] = (), jit_compile: bool = False
+) -> tf.distribute.Strategy:
     """The tf.distribute strategy a spec names, refusing combinations that cannot work."""
     if name == "default":
         strategy = tf.distribute.get_strategy()
     elif name == "mirrored":
-        strategy = tf.distribute.MirroredStrategy()
+        cpu_devices = [d for d in devices if "cpu" in d.lower()]
+        if cpu_devices:
+            _ensure_cpu_devices(len(cpu_devices))
+        strategy = tf.distribute.MirroredStrategy(devices=list(devices) or None)
     elif name == "multi_worker":
         if not os.environ.get("TF_CONFIG"):
             raise TrainerConfigError(
@@ -53,6 +91,12 @@ def make_strategy(name: str, jit_compile: bool) -> tf.distribute.Strategy:
     return strategy
 
 
+def precision_policy(mixed_precision: bool) -> str:
+    if not mixed_precision:
+        return "float32"
+    return "mixed_float16" if tf.config.list_physical_devices("GPU") else "mixed_bfloat16"
+
+
 def make_dataset(
     file_patterns: Sequence[str],
     features: FeatureSet,
@@ -60,35 +104,48 @@ def make_dataset(
     batch_size: int,
     seed: int,
     shuffle: bool,
+    cache: bool = False,
 ) -> tf.data.Dataset:
-    """Batches of (network input vector, encoded label) from TFX's gzipped TFRecords."""
+    """Batches of (input vector, target, weight) of one fixed shape from TFX's TFRecords.
+
+    Every batch has the same shape (full batches; a row with a missing or unknown label gets
+    weight 0 rather than being dropped), so the training step is traced once.
+    """
     files = tf.data.Dataset.list_files(list(file_patterns), shuffle=False)
     records = tf.data.TFRecordDataset(
         files, compression_type="GZIP", num_parallel_reads=tf.data.AUTOTUNE
     )
+    if cache:
+        records = records.cache()
     if shuffle:
         records = records.shuffle(10_000, seed=seed, reshuffle_each_iteration=True)
     label_name = features.label.name
+    classification = features.label.task == "classification"
 
-    def to_training_pair(serialized: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    def to_training_triple(serialized: tf.Tensor):
         parsed = model_lib.parse_examples(serialized, features, with_label=True)
         target = preprocessor.encode_label(parsed.pop(label_name))
         vector = preprocessor.vectorize(parsed)
-        if features.label.task == "classification":
-            known = target >= 0  # rows whose label is missing or unknown teach nothing
-            return tf.boolean_mask(vector, known), tf.boolean_mask(target, known)
-        return vector, target
+        if classification:
+            known = target >= 0
+            return vector, tf.where(known, target, 0), tf.cast(known, tf.float32)
+        known = tf.logical_not(tf.math.is_nan(target))
+        return vector, tf.where(known, target, 0.0), tf.cast(known, tf.float32)
 
+    options = tf.data.Options()
+    # Workers split the data by record: TFX may write a single file per split.
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
     # Batch before parsing: one vectorised parse per batch instead of one per row.
     return (
         records.repeat()
         .batch(batch_size, drop_remainder=True)
-        .map(to_training_pair, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+        .map(to_training_triple, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
         .prefetch(tf.data.AUTOTUNE)
+        .with_options(options)
     )
 
 
-def _is_chief(strategy: tf.distribute.Strategy) -> bool:
+def is_chief(strategy: tf.distribute.Strategy) -> bool:
     resolver = getattr(strategy, "cluster_resolver", None)
     if resolver is None or not resolver.task_type:
         return True
@@ -96,6 +153,40 @@ def _is_chief(strategy: tf.distribute.Strategy) -> bool:
         return True
     has_chief = "chief" in (resolver.cluster_spec().as_dict() or {})
     return resolver.task_type == "worker" and resolver.task_id == 0 and not has_chief
+
+
+def chunk_steps(train_steps: int, checkpoint_every: int) -> int:
+    """The largest step count <= checkpoint_every that divides train_steps exactly."""
+    for steps in range(min(checkpoint_every, train_steps), 0, -1):
+        if train_steps % steps == 0:
+            return steps
+    return train_steps
+
+
+class _ProgressRecorder(keras.callbacks.Callback):
+    """Writes the steps completed after each checkpointed chunk, so a resume can report it."""
+
+    def __init__(self, path: str, steps_per_chunk: int):
+        super().__init__()
+        self._path, self._steps = path, steps_per_chunk
+
+    def on_epoch_end(self, epoch, logs=None):
+        partial = self._path + ".partial"
+        with tf.io.gfile.GFile(partial, "w") as handle:
+            handle.write(json.dumps({"steps_done": (epoch + 1) * self._steps}))
+        tf.io.gfile.rename(partial, self._path, overwrite=True)
+
+
+def _steps_already_done(checkpoint_dir: str | None) -> int:
+    if not checkpoint_dir:
+        return 0
+    path = os.path.join(checkpoint_dir, PROGRESS_FILE)
+    if not tf.io.gfile.exists(path) or not tf.io.gfile.exists(
+        os.path.join(checkpoint_dir, "backup")
+    ):
+        return 0
+    with tf.io.gfile.GFile(path) as handle:
+        return int(json.loads(handle.read())["steps_done"])
 
 
 def train(
@@ -107,11 +198,20 @@ def train(
     model_run_dir: str,
     train_steps: int,
     eval_steps: int,
+    checkpoint_dir: str | None = None,
+    base_model_dir: str | None = None,
 ) -> dict[str, Any]:
-    """Trains the spec's model and exports it; returns the training summary."""
-    keras.utils.set_random_seed(int(trainer.get("seed", 42)))
+    """Trains the spec's model and exports it; returns the training summary.
+
+    Raises:
+      TrainerConfigError: before any training, when the spec cannot be honoured.
+    """
+    seed = int(trainer.get("seed", 42))
+    keras.utils.set_random_seed(seed)
     jit_compile = bool(trainer.get("jit_compile", False))
-    strategy = make_strategy(trainer.get("distribution", "default"), jit_compile)
+    strategy = make_strategy(
+        trainer.get("distribution", "default"), tuple(trainer.get("devices", ())), jit_compile
+    )
     replicas = strategy.num_replicas_in_sync
     batch_size = int(trainer["batch_size"])
     if batch_size % replicas:
@@ -119,62 +219,114 @@ def train(
             f"trainer.batch_size {batch_size} is the global batch and must divide evenly over "
             f"{replicas} replicas"
         )
+    learning_rate = float(trainer["learning_rate"])
+    if trainer.get("scale_learning_rate"):
+        learning_rate *= replicas  # linear scaling: the global batch grew with the replicas
+    policy = precision_policy(bool(trainer.get("mixed_precision", False)))
     log.info(
-        "strategy %s, %d replica(s), global batch %d, per-replica batch %d",
+        "strategy %s, %d replica(s), global batch %d, per-replica batch %d, learning rate %g, "
+        "precision %s, XLA %s",
         type(strategy).__name__,
         replicas,
         batch_size,
         batch_size // replicas,
+        learning_rate,
+        policy,
+        jit_compile,
     )
+    warm_weights = (
+        model_lib.read_warm_start(base_model_dir, features, trainer)
+        if (base_model_dir and trainer.get("warm_start"))
+        else None
+    )
+
     preprocessor = model_lib.Preprocessor(features)
-    seed = int(trainer.get("seed", 42))
-    train_ds = make_dataset(train_files, features, preprocessor, batch_size, seed, shuffle=True)
-    eval_ds = make_dataset(eval_files, features, preprocessor, batch_size, seed, shuffle=False)
-    with strategy.scope():
-        network = model_lib.build_network(
-            preprocessor.width,
-            features.label,
-            tuple(trainer.get("hidden_units", (32, 16))),
-            float(trainer.get("dropout", 0.0)),
-        )
-        model_lib.compile_network(
-            network, features.label, float(trainer["learning_rate"]), jit_compile
-        )
-    start = time.perf_counter()
-    history = network.fit(
-        train_ds,
-        steps_per_epoch=train_steps,
-        epochs=1,
-        validation_data=eval_ds,
-        validation_steps=eval_steps,
-        callbacks=[keras.callbacks.TensorBoard(log_dir=model_run_dir)] if model_run_dir else [],
-        verbose=0,
+    cache = bool(trainer.get("cache_dataset", False))
+    train_ds = make_dataset(
+        train_files, features, preprocessor, batch_size, seed, shuffle=True, cache=cache
     )
-    seconds = time.perf_counter() - start
-    metrics = {k: float(v[-1]) for k, v in history.history.items()}
+    eval_ds = make_dataset(
+        eval_files, features, preprocessor, batch_size, seed, shuffle=False, cache=cache
+    )
+    keras.mixed_precision.set_global_policy(policy)
+    try:
+        with strategy.scope():
+            network = model_lib.build_network(
+                preprocessor.width,
+                features.label,
+                tuple(trainer.get("hidden_units", (32, 16))),
+                float(trainer.get("dropout", 0.0)),
+            )
+            model_lib.compile_network(
+                network,
+                features.label,
+                learning_rate,
+                jit_compile,
+                trainer.get("gradient_clip_norm"),
+            )
+        if warm_weights is not None:
+            network.set_weights(warm_weights)
+        initial_loss = float(network.evaluate(eval_ds, steps=eval_steps, verbose=0)[0])
+
+        steps_per_chunk = chunk_steps(train_steps, int(trainer.get("checkpoint_every_steps", 100)))
+        callbacks: list[keras.callbacks.Callback] = []
+        resumed_from = _steps_already_done(checkpoint_dir)
+        if checkpoint_dir:
+            callbacks += [
+                keras.callbacks.BackupAndRestore(os.path.join(checkpoint_dir, "backup")),
+                _ProgressRecorder(os.path.join(checkpoint_dir, PROGRESS_FILE), steps_per_chunk),
+            ]
+        if resumed_from:
+            log.info("resuming from the checkpoint after step %d", resumed_from)
+        if model_run_dir:
+            callbacks.append(keras.callbacks.TensorBoard(log_dir=model_run_dir))
+        start = time.perf_counter()
+        history = network.fit(
+            train_ds,
+            steps_per_epoch=steps_per_chunk,
+            epochs=train_steps // steps_per_chunk,
+            validation_data=eval_ds,
+            validation_steps=eval_steps,
+            callbacks=callbacks,
+            verbose=0,
+        )
+        seconds = time.perf_counter() - start
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+
+    trained_steps = train_steps - resumed_from
     summary = {
         "steps": train_steps,
-        "examples_per_second": round(train_steps * batch_size / seconds, 1),
+        "resumed_from_step": resumed_from,
+        "examples_per_second": round(trained_steps * batch_size / max(seconds, 1e-9), 1),
         "seconds": round(seconds, 2),
         "strategy": type(strategy).__name__,
         "replicas": replicas,
         "global_batch_size": batch_size,
-        "metrics": metrics,
+        "per_replica_batch_size": batch_size // replicas,
+        "learning_rate": learning_rate,
+        "precision": policy,
+        "jit_compile": jit_compile,
+        "warm_started": warm_weights is not None,
+        "initial_loss": initial_loss,
+        "metrics": {k: float(v[-1]) for k, v in history.history.items()},
     }
     log.info("training summary: %s", summary)
 
     module = model_lib.ServingModule(features, preprocessor, network)
-    if _is_chief(strategy):
-        model_lib.export(module, serving_model_dir)
+    if is_chief(strategy):
+        model_lib.export(module, serving_model_dir, trainer)
     else:
-        # Every worker must take part in saving (it is a collective), but only the chief's
-        # copy is the model: the others write to a temporary directory that is then removed.
+        # Saving is a collective every worker must join, but only the chief's copy is the
+        # model: the others write to a temporary directory that is then removed.
         scratch = tempfile.mkdtemp(prefix="conveyor-worker-export-")
         try:
-            model_lib.export(module, scratch)
+            model_lib.export(module, scratch, trainer)
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
-    if model_run_dir:
+    if checkpoint_dir and is_chief(strategy):
+        shutil.rmtree(checkpoint_dir, ignore_errors=True)  # finished: nothing to resume
+    if model_run_dir and is_chief(strategy):
         tf.io.gfile.makedirs(model_run_dir)
         with tf.io.gfile.GFile(os.path.join(model_run_dir, SUMMARY_FILE), "w") as handle:
             handle.write(json.dumps(summary, indent=2))
@@ -198,8 +350,9 @@ def _read_inputs(fn_args: Any) -> FeatureSet:
 def run_fn(fn_args: Any) -> None:
     """TFX Trainer entry point (`run_fn="components.trainer.run.run_fn"`)."""
     features = _read_inputs(fn_args)
+    config = fn_args.custom_config
     train(
-        trainer=fn_args.custom_config["trainer"],
+        trainer=config["trainer"],
         features=features,
         train_files=fn_args.train_files,
         eval_files=fn_args.eval_files,
@@ -207,4 +360,6 @@ def run_fn(fn_args: Any) -> None:
         model_run_dir=fn_args.model_run_dir,
         train_steps=fn_args.train_steps,
         eval_steps=fn_args.eval_steps,
+        checkpoint_dir=config.get("checkpoint_dir"),
+        base_model_dir=fn_args.base_model,
     )

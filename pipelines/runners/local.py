@@ -90,6 +90,10 @@ def _captured_logs(progress: logging.Handler, log_file: Path):
     # flag's value onto the logger after silencing it.
     absl_logging.set_verbosity(absl_logging.INFO)
     absl_logger.propagate = False
+    # TensorFlow's deprecation notices (from TFMA and TFDV internals) are not the user's to act on.
+    tf_logger = logging.getLogger("tensorflow")
+    tf_level = tf_logger.level
+    tf_logger.setLevel(logging.ERROR)
     for handler in handlers:
         absl_logger.addHandler(handler)
     try:
@@ -100,6 +104,7 @@ def _captured_logs(progress: logging.Handler, log_file: Path):
         to_file.close()
         absl_logging.set_verbosity(saved[0])
         absl_logger.propagate = saved[1]
+        tf_logger.setLevel(tf_level)
 
 
 def new_run_id(pipeline: str) -> str:

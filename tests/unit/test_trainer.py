@@ -2,77 +2,21 @@
 whose signatures predict from raw values and from serialized tf.Examples."""
 
 import numpy as np
-import pandas as pd
 import pytest
 import tensorflow as tf
 import tensorflow_data_validation as tfdv
 
 from components.trainer import features as features_lib
 from components.trainer import run as run_lib
-
-SPECIES = ("Adelie", "Chinstrap", "Gentoo")
-TRAINER = {
-    "label": "species",
-    "task": "classification",
-    "features": [
-        {"name": "island", "kind": "categorical"},
-        {"name": "mass", "kind": "numeric"},
-        {"name": "flipper", "kind": "numeric"},
-        {"name": "year", "kind": "categorical", "hash_buckets": 8},
-    ],
-    "hidden_units": [16],
-    "batch_size": 16,
-    "learning_rate": 0.05,
-    "seed": 3,
-}
-
-
-def _toy_frame(rows: int = 240) -> pd.DataFrame:
-    """Three well separated classes, with missing values as TFX's CSV decoding leaves them."""
-    rng = np.random.default_rng(0)
-    label = rng.integers(0, 3, rows)
-    frame = pd.DataFrame(
-        {
-            "species": [SPECIES[i] for i in label],
-            "island": [("Biscoe", "Dream", "Torgersen")[i] for i in label],
-            "mass": 3000.0 + 1500.0 * label + rng.normal(0, 150, rows),
-            "flipper": 180.0 + 15.0 * label + rng.normal(0, 3, rows),
-            "year": rng.integers(2007, 2010, rows),
-        }
-    )
-    frame.loc[::7, "mass"] = np.nan
-    frame.loc[::11, "island"] = None
-    return frame
-
-
-def _write_examples(frame: pd.DataFrame, path: str) -> None:
-    def feature(value) -> tf.train.Feature:
-        if value is None or (isinstance(value, float) and np.isnan(value)):
-            return tf.train.Feature()  # present with no value, as CsvExampleGen writes it
-        if isinstance(value, str):
-            return tf.train.Feature(bytes_list=tf.train.BytesList(value=[value.encode()]))
-        if isinstance(value, (int, np.integer)):
-            return tf.train.Feature(int64_list=tf.train.Int64List(value=[int(value)]))
-        return tf.train.Feature(float_list=tf.train.FloatList(value=[float(value)]))
-
-    with tf.io.TFRecordWriter(path, options="GZIP") as writer:
-        for row in frame.astype(object).itertuples(index=False):
-            values = zip(frame.columns, row, strict=True)
-            example = tf.train.Example(
-                features=tf.train.Features(feature={name: feature(v) for name, v in values})
-            )
-            writer.write(example.SerializeToString())
+from tests import toy as toy_data
+from tests.toy import SPECIES, TRAINER
 
 
 @pytest.fixture(scope="module")
 def toy(tmp_path_factory):
     root = tmp_path_factory.mktemp("trainer")
-    frame = _toy_frame()
-    _write_examples(frame, str(root / "train.gz"))
-    _write_examples(frame.iloc[:60], str(root / "eval.gz"))
-    stats = tfdv.generate_statistics_from_dataframe(frame)
-    schema = tfdv.infer_schema(stats)
-    return root, features_lib.describe(TRAINER, schema, stats)
+    described, _, _ = toy_data.make(root)
+    return root, described
 
 
 def test_features_come_from_the_statistics_and_schema(toy):
@@ -87,7 +31,7 @@ def test_features_come_from_the_statistics_and_schema(toy):
 
 def test_a_numeric_feature_holding_text_is_refused_naming_it(toy):
     _, described = toy
-    frame = _toy_frame(30)
+    frame = toy_data.frame(30)
     stats = tfdv.generate_statistics_from_dataframe(frame)
     schema = tfdv.infer_schema(stats)
     bad = {**TRAINER, "features": [{"name": "island", "kind": "numeric"}]}
