@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pipelines.spec import PipelineSpec, SchemaSource
+from pipelines.spec import BadRows, CsvReader, PipelineSpec, SchemaSource
 
 TRAINER_RUN_FN = "components.trainer.run.run_fn"
 CODE_PACKAGES = ("components",)
@@ -91,6 +91,17 @@ def code_version() -> str:
     return digest.hexdigest()[:16]
 
 
+def use_arrow_reader(spec: PipelineSpec, input_dir: Path) -> bool:
+    """`data.reader` resolved: `auto` streams with Arrow for big inputs or skipped rows."""
+    data = spec.data
+    if data.reader is not CsvReader.AUTO:
+        return data.reader is CsvReader.ARROW
+    if data.bad_rows is BadRows.SKIP:
+        return True
+    size = sum(p.stat().st_size for p in input_dir.glob("*") if p.is_file())
+    return size > data.arrow_above_megabytes * (1 << 20)
+
+
 def _example_gen(ctx: BuildContext, node_id: str) -> None:
     from tfx import v1 as tfx
 
@@ -98,10 +109,24 @@ def _example_gen(ctx: BuildContext, node_id: str) -> None:
         tfx.proto.SplitConfig.Split(name=name, hash_buckets=buckets)
         for name, buckets in ctx.spec.data.splits.items()
     ]
-    node = tfx.components.CsvExampleGen(
-        input_base=str(ctx.paths.input_dir),
-        output_config=tfx.proto.Output(split_config=tfx.proto.SplitConfig(splits=splits)),
-    ).with_id(node_id)
+    output_config = tfx.proto.Output(
+        split_config=tfx.proto.SplitConfig(
+            splits=splits, partition_feature_name=ctx.spec.data.split_key or ""
+        )
+    )
+    if use_arrow_reader(ctx.spec, ctx.paths.input_dir):
+        from components.arrow_example_gen.component import ArrowCsvExampleGen
+
+        node = ArrowCsvExampleGen(
+            input_base=str(ctx.paths.input_dir),
+            output_config=output_config,
+            bad_rows=ctx.spec.data.bad_rows.value,
+        )
+    else:
+        node = tfx.components.CsvExampleGen(
+            input_base=str(ctx.paths.input_dir), output_config=output_config
+        )
+    node = node.with_id(node_id)
     ctx.nodes.append(node)
     ctx.channels["examples"] = node.outputs["examples"]
 

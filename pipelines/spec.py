@@ -43,13 +43,48 @@ class PrepareSpec(StrictModel):
     filename: str = Field(default="data.csv", description="File written into data.input_dir.")
 
 
+class CsvReader(str, enum.Enum):
+    """Which ExampleGen reads the CSVs: TFX's own, the streaming Arrow one, or by input size."""
+
+    AUTO = "auto"
+    TFX = "tfx"
+    ARROW = "arrow"
+
+
+class BadRows(str, enum.Enum):
+    FAIL = "fail"
+    SKIP = "skip"
+
+
 class DataSpec(StrictModel):
     input_dir: str = Field(description="Directory of CSV files; relative paths are under workdir.")
     splits: dict[Identifier, Annotated[int, Field(gt=0)]] = Field(
         default_factory=lambda: {"train": 2, "eval": 1},
         description="Split name to hash-bucket count; needs `train` and `eval`.",
     )
+    split_key: Identifier | None = Field(
+        default=None,
+        description="Assign splits by a hash of this (integer or text) column, not the whole row.",
+    )
+    reader: CsvReader = CsvReader.AUTO
+    arrow_above_megabytes: float = Field(
+        default=32.0, ge=0, description="`reader: auto` streams with Arrow above this input size."
+    )
+    bad_rows: BadRows = Field(
+        default=BadRows.FAIL,
+        description="A row with the wrong number of fields stops the run, or is skipped and "
+        "counted (Arrow reader only).",
+    )
     prepare: PrepareSpec | None = None
+
+    @model_validator(mode="after")
+    def _skipping_needs_arrow(self) -> DataSpec:
+        if self.bad_rows is BadRows.SKIP and self.reader is CsvReader.TFX:
+            raise ValueError(
+                "data.bad_rows 'skip' needs data.reader 'arrow' or 'auto': TFX's CsvExampleGen "
+                "cannot skip rows"
+            )
+        return self
 
     @field_validator("splits")
     @classmethod

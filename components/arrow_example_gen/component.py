@@ -1,0 +1,39 @@
+"""TFX's file-based ExampleGen with the Arrow CSV executor: same driver, outputs and caching."""
+
+from google.protobuf import struct_pb2
+from tfx.components.example_gen import component as example_gen_component
+from tfx.dsl.components.base import executor_spec
+from tfx.proto import example_gen_pb2
+
+from components.arrow_example_gen import executor
+
+
+class ArrowCsvExampleGen(example_gen_component.FileBasedExampleGen):
+    """A CsvExampleGen whose executor streams with pyarrow (see executor.py).
+
+    TFX's FileBasedDriver still resolves spans and versions and fingerprints the input files,
+    so caching, span patterns and ML Metadata registration are those of any ExampleGen.
+    """
+
+    EXECUTOR_SPEC = executor_spec.BeamExecutorSpec(executor.Executor)
+
+    def __init__(
+        self,
+        *,
+        input_base: str,
+        output_config: example_gen_pb2.Output,
+        bad_rows: str = "fail",
+        input_config: example_gen_pb2.Input | None = None,
+        range_config=None,
+    ):
+        options = struct_pb2.Struct()
+        options.update({executor.BAD_ROWS_OPTION: bad_rows})
+        custom_config = example_gen_pb2.CustomConfig()
+        custom_config.custom_config.Pack(options)
+        super().__init__(
+            input_base=input_base,
+            input_config=input_config,
+            output_config=output_config,
+            custom_config=custom_config,
+            range_config=range_config,
+        )

@@ -1,0 +1,108 @@
+"""The Arrow CSV reader: TFX's typing rules, and bad input named by file and line."""
+
+import pytest
+import tensorflow as tf
+
+from components.arrow_example_gen import executor
+from components.arrow_example_gen.executor import CsvInputError
+
+
+def _write(tmp_path, text: bytes | str, name="data.csv"):
+    path = tmp_path / name
+    path.write_bytes(text.encode() if isinstance(text, str) else text)
+    return str(path)
+
+
+def _read_all(directory):
+    files = [str(p) for p in directory.glob("*.gz")]
+    return [tf.train.Example.FromString(r.numpy()) for r in tf.data.TFRecordDataset(files, "GZIP")]
+
+
+def test_types_follow_tfx_rules_and_empty_cells_are_features_without_values(tmp_path):
+    path = _write(tmp_path, 'i,f,s,e\n1,1.5,a,\n2,,"b, quoted",\n,3,7,\n')
+    counts, plan = executor.write_splits(
+        [path], [str(tmp_path / "all")], [1], split_key=None, skip_bad_rows=False
+    )
+    assert counts == [3]
+    assert plan.types == {
+        "i": executor.INT,
+        "f": executor.FLOAT,
+        "s": executor.STRING,
+        "e": executor.UNKNOWN,
+    }
+    examples = sorted(_read_all(tmp_path / "all"), key=lambda e: str(e))
+    features = {
+        tuple(e.features.feature["s"].bytes_list.value): e.features.feature for e in examples
+    }
+    first = features[(b"a",)]
+    assert list(first["i"].int64_list.value) == [1]
+    assert list(first["f"].float_list.value) == [1.5]
+    assert not first["e"].HasField("kind")  # a column with no value anywhere
+    second = features[(b"b, quoted",)]
+    assert second["f"].HasField("float_list") and not second["f"].float_list.value
+    assert list(features[(b"7",)]["i"].int64_list.value) == []
+
+
+def test_a_row_with_the_wrong_number_of_fields_stops_the_run_naming_file_and_line(tmp_path):
+    path = _write(tmp_path, "a,b\n1,2\n3,4,5\n6,7\n")
+    with pytest.raises(CsvInputError) as raised:
+        executor.write_splits([path], [str(tmp_path / "o")], [1], None, skip_bad_rows=False)
+    assert str(raised.value) == (
+        f"{path}, line 3: expected 2 fields, found 3: '3,4,5' (data.bad_rows is 'fail')"
+    )
+
+
+def test_skipped_rows_are_counted_and_named_never_silent(tmp_path):
+    path = _write(tmp_path, "a,b\n1,2\n3,4,5\n6,7\n8\n")
+    counts, plan = executor.write_splits(
+        [path], [str(tmp_path / "o")], [1], None, skip_bad_rows=True
+    )
+    assert counts == [2]
+    assert plan.skipped == [
+        f"{path}, line 3: expected 2 fields, found 3: '3,4,5'",
+        f"{path}, line 5: expected 2 fields, found 1: '8'",
+    ]
+
+
+def test_an_unterminated_quote_names_the_line_it_opens_on(tmp_path):
+    path = _write(tmp_path, 'a,b\n1,2\n3,"never closed\n4,5\n')
+    with pytest.raises(CsvInputError, match=rf"{path}, line 3: a quoted field is never closed"):
+        executor.write_splits([path], [str(tmp_path / "o")], [1], None, skip_bad_rows=False)
+
+
+def test_bytes_that_are_not_utf8_name_the_line(tmp_path):
+    path = _write(tmp_path, b"a,b\n1,2\n3,caf\xe9\n")
+    with pytest.raises(CsvInputError, match=rf"{path}, line 3: bytes that are not UTF-8"):
+        executor.write_splits([path], [str(tmp_path / "o")], [1], None, skip_bad_rows=False)
+
+
+def test_empty_and_header_only_files_are_refused_clearly(tmp_path):
+    empty = _write(tmp_path, "", "empty.csv")
+    with pytest.raises(CsvInputError, match=rf"{empty} is empty: expected a header line and rows"):
+        executor.survey([empty], skip_bad_rows=False)
+    header_only = _write(tmp_path, "a,b\n", "header.csv")
+    with pytest.raises(CsvInputError, match=rf"{header_only}: a header but no rows"):
+        executor.survey([header_only], skip_bad_rows=False)
+
+
+def test_files_with_different_headers_are_refused(tmp_path):
+    one = _write(tmp_path, "a,b\n1,2\n", "1.csv")
+    two = _write(tmp_path, "a,c\n1,2\n", "2.csv")
+    with pytest.raises(CsvInputError, match=r"2\.csv: its header \['a', 'c'\] differs"):
+        executor.survey([one, two], skip_bad_rows=False)
+
+
+def test_split_key_hashes_like_tfx(tmp_path):
+    import bisect
+    import hashlib
+
+    path = _write(tmp_path, "k,v\n" + "".join(f"{i},{i * 2}\n" for i in range(200)))
+    counts, _ = executor.write_splits(
+        [path], [str(tmp_path / "a"), str(tmp_path / "b")], [2, 3], "k", skip_bad_rows=False
+    )
+    expected = [0, 0]
+    for i in range(200):  # TFX's _PartitionFn on the key feature's deterministic bytes
+        key = tf.train.Feature(int64_list=tf.train.Int64List(value=[i]))
+        bucket = int(hashlib.sha256(key.SerializeToString(deterministic=True)).hexdigest(), 16)
+        expected[bisect.bisect([2, 3], bucket % 3)] += 1
+    assert counts == expected
