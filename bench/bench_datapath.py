@@ -14,8 +14,10 @@ wall seconds and peak memory include Python start-up and the TensorFlow/TFX impo
 alternate within each repetition so that machine noise falls on both alike. Besides whole-process
 rows/s, the table gives a pipeline-only figure: the reference's own `pipeline_seconds` (all four
 components, timed around LocalDagRunner.run) and Conveyor's csv_example_gen + statistics_gen
-seconds (from the per-component lines it prints). Ratios are raw TFX / Conveyor: above 1 means
-Conveyor is faster or smaller.
+seconds (from the per-component lines it prints). Memory is given twice: GNU time's maximum
+resident set size, which is that of the largest single process, and the peak of the summed PSS
+of the whole process tree (sampled; needs psutil), which also counts Conveyor's separate Beam
+worker processes. Ratios are raw TFX / Conveyor: above 1 means Conveyor is faster or smaller.
 
     .venv/bin/python bench/bench_datapath.py [--rows N ...] [--sizes-only-conveyor]
         [--conveyor-set KEY=VALUE ...] [--repeats N] [--json PATH] [--out-dir DIR] [--keep]
@@ -396,9 +398,10 @@ def report_progress(result: Measurement) -> None:
     pipeline = (
         "" if result.pipeline_seconds is None else f"pipeline {result.pipeline_seconds:.1f} s"
     )
+    tree = cell(result.tree_peak_pss_mib, ".0f")
     print(
         f"  rep {result.repetition} {result.tool:<8} {result.wall_seconds:7.1f} s "
-        f"{result.peak_rss_mib:7.0f} MiB  {pipeline}  {components}",
+        f"max RSS {result.peak_rss_mib:.0f} MiB, tree PSS {tree} MiB  {pipeline}  {components}",
         flush=True,
     )
 
@@ -427,6 +430,7 @@ def tool_summary(runs: list[Measurement], tool: str, rows: int) -> dict | None:
         "pipeline_seconds": pipeline,
         "pipeline_rows_per_second": rows / pipeline if pipeline else None,
         "peak_rss_mib": statistics.median(r.peak_rss_mib for r in mine),
+        "tree_peak_pss_mib": median_or_none([r.tree_peak_pss_mib for r in mine]),
     }
     if tool == "conveyor":
         nodes = mine[0].component_seconds
@@ -435,6 +439,12 @@ def tool_summary(runs: list[Measurement], tool: str, rows: int) -> dict | None:
             for node in nodes
         }
     return summary
+
+
+def median_or_none(values: list[float | None]) -> float | None:
+    """The median of the values that were measured, or None when none was."""
+    measured = [v for v in values if v is not None]
+    return statistics.median(measured) if measured else None
 
 
 def figure(summary: dict | None, key: str) -> float | None:
@@ -455,6 +465,7 @@ def size_summary(rows: int, size_data: dict) -> dict:
         "wall_ratio": ratio(figure(raw, "wall_seconds"), conveyor["wall_seconds"]),
         "pipeline_ratio": ratio(figure(raw, "pipeline_seconds"), conveyor["pipeline_seconds"]),
         "peak_ratio": ratio(figure(raw, "peak_rss_mib"), conveyor["peak_rss_mib"]),
+        "tree_peak_ratio": ratio(figure(raw, "tree_peak_pss_mib"), conveyor["tree_peak_pss_mib"]),
     }
 
 
@@ -478,6 +489,9 @@ def scaling(sizes: list[dict]) -> dict | None:
                     large[tool]["pipeline_seconds"], small[tool]["pipeline_seconds"]
                 ),
                 "memory_factor": large[tool]["peak_rss_mib"] / small[tool]["peak_rss_mib"],
+                "tree_memory_factor": ratio(
+                    large[tool]["tree_peak_pss_mib"], small[tool]["tree_peak_pss_mib"]
+                ),
             }
     return result
 
@@ -485,6 +499,11 @@ def scaling(sizes: list[dict]) -> dict | None:
 def cell(value: float | None, spec: str) -> str:
     """Formats a figure for the table; a missing one (reference skipped) is "-"."""
     return "-" if value is None else format(value, spec)
+
+
+def times(value: float | None) -> str:
+    """Formats a ratio or growth factor ("4.67x"); a missing one is "-"."""
+    return "-" if value is None else f"{value:.2f}x"
 
 
 def component_cell(summary: dict, node: str) -> str:
@@ -500,7 +519,8 @@ TABLE_COLUMNS = [
     ("rows/s (pipeline)", 17, lambda s: cell(s["pipeline_rows_per_second"], ",.0f")),
     ("ExampleGen s", 12, lambda s: component_cell(s, "csv_example_gen")),
     ("StatisticsGen s", 15, lambda s: component_cell(s, "statistics_gen")),
-    ("peak MiB", 8, lambda s: cell(s["peak_rss_mib"], ",.0f")),
+    ("max RSS MiB", 11, lambda s: cell(s["peak_rss_mib"], ",.0f")),
+    ("tree PSS MiB", 12, lambda s: cell(s["tree_peak_pss_mib"], ",.0f")),
 ]
 
 
@@ -519,15 +539,20 @@ def format_table(sizes: list[dict], scale: dict | None) -> str:
         if size["raw"] is None:
             continue
         lines.append(
-            f"{'':>10} | {'raw/Conv':<8} | time {cell(size['wall_ratio'], '.2f')}x (wall), "
-            f"{cell(size['pipeline_ratio'], '.2f')}x (pipeline); "
-            f"peak memory {cell(size['peak_ratio'], '.2f')}x"
+            f"{'':>10} | {'raw/Conv':<8} | time {times(size['wall_ratio'])} (wall), "
+            f"{times(size['pipeline_ratio'])} (pipeline); "
+            f"memory {times(size['peak_ratio'])} (max RSS), "
+            f"{times(size['tree_peak_ratio'])} (tree PSS)"
         )
     lines += [
         "",
         "pipeline s: raw TFX's own pipeline_seconds (all four components, around "
         "LocalDagRunner.run);",
         "            Conveyor's csv_example_gen + statistics_gen seconds as it prints them.",
+        "max RSS: GNU time's maximum resident set size, i.e. of the largest single process.",
+        "tree PSS: the largest sampled sum of PSS over the process and all its descendants "
+        f"(every {TREE_SAMPLE_SECONDS} s),",
+        "          which counts separate Beam worker processes; a lower bound.",
         "raw/Conv: raw TFX / Conveyor; above 1 means Conveyor is faster or smaller.",
     ]
     if scale:
@@ -545,9 +570,10 @@ def format_scaling(scale: dict) -> str:
         if tool in scale:
             growth = scale[tool]
             lines.append(
-                f"  {label:<8} time {growth['time_factor']:.2f}x (wall), "
-                f"{cell(growth['pipeline_time_factor'], '.2f')}x (pipeline); "
-                f"peak memory {growth['memory_factor']:.2f}x"
+                f"  {label:<8} time {times(growth['time_factor'])} (wall), "
+                f"{times(growth['pipeline_time_factor'])} (pipeline); "
+                f"memory {times(growth['memory_factor'])} (max RSS), "
+                f"{times(growth['tree_memory_factor'])} (tree PSS)"
             )
     return "\n".join(lines)
 
