@@ -121,6 +121,7 @@ def _example_gen(ctx: BuildContext, node_id: str) -> None:
             input_base=str(ctx.paths.input_dir),
             output_config=output_config,
             bad_rows=ctx.spec.data.bad_rows.value,
+            code_version=code_version(),
         )
     else:
         node = tfx.components.CsvExampleGen(

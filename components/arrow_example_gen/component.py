@@ -23,11 +23,14 @@ class ArrowCsvExampleGen(example_gen_component.FileBasedExampleGen):
         input_base: str,
         output_config: example_gen_pb2.Output,
         bad_rows: str = "fail",
+        code_version: str = "",
         input_config: example_gen_pb2.Input | None = None,
         range_config=None,
     ):
         options = struct_pb2.Struct()
-        options.update({executor.BAD_ROWS_OPTION: bad_rows})
+        # The code version is part of the exec properties so that a change to this reader
+        # invalidates cached outputs it produced (TFX's cache key ignores executor code).
+        options.update({executor.BAD_ROWS_OPTION: bad_rows, "code_version": code_version})
         custom_config = example_gen_pb2.CustomConfig()
         custom_config.custom_config.Pack(options)
         super().__init__(

@@ -44,6 +44,8 @@ from tfx.types import artifact_utils, standard_component_specs
 from tfx.utils import proto_utils
 
 BLOCK_BYTES = 16 << 20  # pyarrow parses this much at a time: the memory bound
+SHARD_BYTES = 64 << 20  # input bytes per output file of a split
+MAX_SHARDS = 8
 FILE_PREFIX = "data_tfrecord"  # as TFX's write_split names ExampleGen output
 SKIPPED_ROWS_PROPERTY = "conveyor_skipped_rows"
 BAD_ROWS_OPTION = "bad_rows"
@@ -228,9 +230,16 @@ def assign_splits(
     """Split index per row, from hash buckets as TFX's `_PartitionFn` computes them."""
     total = buckets[-1]
     if split_key:
-        keys = tfx_partition_keys(typed[split_key], types[split_key])
-        bucket = [int(hashlib.sha256(k).hexdigest(), 16) % total for k in keys]
-        return np.array([bisect.bisect(buckets, b) for b in bucket], dtype=np.int64)
+        # Hash each distinct key once: keys repeat (a timestamp, a user id), rows are many.
+        encoded = typed[split_key].dictionary_encode()
+        keys = tfx_partition_keys(encoded.dictionary, types[split_key])
+        keys += tfx_partition_keys(pa.array([None], encoded.dictionary.type), types[split_key])
+        split_of_key = np.array(
+            [bisect.bisect(buckets, int(hashlib.sha256(k).hexdigest(), 16) % total) for k in keys]
+        )
+        missing = len(keys) - 1
+        indices = encoded.indices.fill_null(missing).to_numpy(zero_copy_only=False)
+        return split_of_key[indices]
     import pandas as pd
 
     # A stable hash of every value in the row (pandas' fixed-key SipHash), not the encoder's
@@ -269,15 +278,25 @@ def csv_files(input_base: str, pattern: str) -> list[str]:
     return paths
 
 
+def shard_count(paths: list[str]) -> int:
+    """Output files per split: one per SHARD_BYTES of input, at most MAX_SHARDS."""
+    size = sum(os.path.getsize(p) for p in paths)
+    return max(1, min(MAX_SHARDS, -(-size // SHARD_BYTES)))
+
+
 def write_splits(
     paths: list[str],
     split_dirs: list[str],
     buckets: list[int],
     split_key: str | None,
     skip_bad_rows: bool,
-    compression_level: int = 6,
+    compression_level: int = 1,
 ) -> tuple[list[int], CsvSurvey]:
-    """Reads the CSVs and writes one gzipped TFRecord file per split; returns counts."""
+    """Reads the CSVs and writes one gzipped TFRecord file per split; returns counts.
+
+    gzip level 1: at the default level compression alone took as long as everything else
+    together here, for files about 15% smaller.
+    """
     import tensorflow as tf
 
     plan = survey(paths, skip_bad_rows)
@@ -287,26 +306,33 @@ def write_splits(
             f"(columns: {', '.join(plan.columns)})"
         )
     options = tf.io.TFRecordOptions(compression_type="GZIP", compression_level=compression_level)
+    # A gzip file cannot be split, so each is one unit of work for a reader: several shards
+    # let StatisticsGen's (and the Trainer's) readers work in parallel on big inputs.
+    shards = shard_count(paths)
     counts = [0] * len(split_dirs)
     writers = []
     for directory in split_dirs:
         os.makedirs(directory, exist_ok=True)
-        target = os.path.join(directory, f"{FILE_PREFIX}-00000-of-00001.gz")
-        writers.append(tf.io.TFRecordWriter(target, options))
-    try:
-        for batch, typed, records in encode_blocks(paths, plan, skip_bad_rows):
-            split_of_row = assign_splits(batch, typed, plan.types, buckets, split_key)
-            for split, record in zip(split_of_row.tolist(), records, strict=True):
-                writers[split].write(record)
-            counts = [
-                c + int(n)
-                for c, n in zip(
-                    counts, np.bincount(split_of_row, minlength=len(writers)), strict=True
+        writers.append(
+            [
+                tf.io.TFRecordWriter(
+                    os.path.join(directory, f"{FILE_PREFIX}-{i:05d}-of-{shards:05d}.gz"), options
                 )
+                for i in range(shards)
             ]
+        )
+    try:
+        for block, (batch, typed, records) in enumerate(encode_blocks(paths, plan, skip_bad_rows)):
+            split_of_row = assign_splits(batch, typed, plan.types, buckets, split_key)
+            shard = block % shards  # whole blocks per shard: deterministic for the same input
+            for split, record in zip(split_of_row.tolist(), records, strict=True):
+                writers[split][shard].write(record)
+            per_split = np.bincount(split_of_row, minlength=len(writers))
+            counts = [c + int(n) for c, n in zip(counts, per_split, strict=True)]
     finally:
-        for writer in writers:
-            writer.close()
+        for split_writers in writers:
+            for writer in split_writers:
+                writer.close()
     return counts, plan
 
 
