@@ -16,7 +16,7 @@ WORKDIR ?= $(CURDIR)/.conveyor
 export TF_CPP_MIN_LOG_LEVEL ?= 3
 export TF_USE_LEGACY_KERAS ?= 1
 
-.PHONY: help setup lock pipeline-local data test test-unit test-e2e lint bench bench-trainer \
+.PHONY: help setup lock pipeline-local data test test-unit test-e2e lint bench bench-data bench-trainer \
 	gpu-check clean
 
 help:
@@ -24,6 +24,7 @@ help:
 	@echo "make test            set up and run unit + end-to-end tests"
 	@echo "make lint            ruff over the code"
 	@echo "make bench           Conveyor vs raw TFX penguin, side by side"
+	@echo "make bench-data      data path vs raw TFX at 150k and 1.5M taxi rows"
 	@echo "make bench-trainer   trainer examples/s: XLA, mirrored, multi-worker (taxi)"
 	@echo "make gpu-check       the gpu profile on penguin and taxi (needs GPUs)"
 	@echo "make lock            re-resolve requirements.in into requirements.lock"
@@ -65,6 +66,9 @@ lint: setup
 
 bench: setup
 	$(BIN)/python bench/bench_penguin.py
+
+bench-data: setup
+	$(BIN)/python bench/bench_datapath.py
 
 bench-trainer: setup
 	$(BIN)/python bench/bench_trainer.py
