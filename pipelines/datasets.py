@@ -6,6 +6,7 @@ reads as absent features (a literal "NA" would turn a numeric column into a stri
 
 from __future__ import annotations
 
+import filecmp
 import importlib.util
 from pathlib import Path
 
@@ -60,5 +61,10 @@ def prepare(spec: PipelineSpec, input_dir: Path) -> Path:
     target = input_dir / recipe.filename
     partial = target.with_suffix(".partial")
     frame.to_csv(partial, index=False)
+    if target.exists() and filecmp.cmp(partial, target, shallow=False):
+        # Same bytes: keep the existing file and its modification time, which ExampleGen's
+        # input fingerprint includes, so preparing again does not make the next run retrain.
+        partial.unlink()
+        return target
     partial.replace(target)  # A reader never sees a half-written CSV.
     return target

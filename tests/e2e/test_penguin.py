@@ -15,18 +15,11 @@ from pipelines import cli, metadata
 from pipelines.config import load_spec
 from pipelines.registry import RunPaths
 from pipelines.runners import local
+from pipelines.spec import DEFAULT_COMPONENTS
 from tests.conftest import copy_fixture
 
-TRAINED_NODES = {
-    "csv_example_gen",
-    "statistics_gen",
-    "schema_gen",
-    "example_validator",
-    "data_gate",
-    "trainer",
-    "evaluator",
-    "pusher",
-}
+# Every node of the default chain but the resolver, which only resolves inputs.
+TRAINED_NODES = set(DEFAULT_COMPONENTS) - {"baseline_resolver"}
 
 
 @pytest.fixture(scope="module")

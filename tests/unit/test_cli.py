@@ -17,10 +17,17 @@ sys.exit(code)
 """
 
 
-@pytest.mark.parametrize("argv", [["list"], ["validate"], ["validate", "taxi", "--env", "ci"]])
-def test_light_commands_import_no_tensorflow(argv):
+@pytest.mark.parametrize(
+    "argv",
+    [["list"], ["validate"], ["validate", "taxi", "--env", "ci"], ["runs", "penguin"]],
+)
+def test_light_commands_import_no_tensorflow(argv, tmp_path):
     done = subprocess.run(
-        [sys.executable, "-c", PROBE.format(argv=argv)], capture_output=True, text=True, check=False
+        [sys.executable, "-c", PROBE.format(argv=argv)],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=tmp_path,  # `runs` reads ./.conveyor
     )
     assert done.returncode == 0, done.stderr
     assert "HEAVY []" in done.stdout
@@ -59,3 +66,12 @@ def test_data_writes_the_packaged_csv_with_missing_values_as_empty_fields(tmp_pa
 def test_runs_on_an_empty_workdir_says_so(tmp_path, capsys):
     assert cli.main(["runs", "penguin", "--workdir", str(tmp_path)]) == 0
     assert "no runs of penguin recorded" in capsys.readouterr().out
+
+
+def test_preparing_the_same_data_again_leaves_the_file_untouched(tmp_path, capsys):
+    assert cli.main(["data", "penguin", "--workdir", str(tmp_path)]) == 0
+    written = tmp_path / "data" / "penguin" / "penguins.csv"
+    first = written.stat().st_mtime_ns
+    assert cli.main(["data", "penguin", "--workdir", str(tmp_path)]) == 0
+    assert written.stat().st_mtime_ns == first  # ExampleGen's fingerprint stays the same
+    assert not list(written.parent.glob("*.partial"))

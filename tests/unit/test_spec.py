@@ -125,3 +125,25 @@ def test_a_component_needing_a_missing_input_says_which_to_add(tmp_path):
     spec = load_spec("penguin", overrides=["components=[{type: trainer}]"]).spec
     with pytest.raises(BuildError, match="component 'trainer' needs 'examples'.*csv_example_gen"):
         build_pipeline(spec, tmp_path)
+
+
+def test_skipping_bad_rows_needs_a_reader_that_can(tmp_path):
+    with pytest.raises(SpecError, match="data.bad_rows 'skip' needs data.reader 'arrow' or 'auto'"):
+        load_spec("taxi", overrides=["data.bad_rows=skip", "data.reader=tfx"])
+
+
+@pytest.mark.parametrize(
+    ("overrides", "arrow"),
+    [
+        ([], False),  # a small input: TFX's own reader
+        (["data.arrow_above_megabytes=0"], True),  # above the threshold: Arrow
+        (["data.bad_rows=skip"], True),  # only Arrow can skip rows
+        (["data.reader=arrow"], True),
+        (["data.reader=tfx", "data.arrow_above_megabytes=0"], False),
+    ],
+)
+def test_reader_auto_chooses_by_input_size(tmp_path, overrides, arrow):
+    from pipelines.registry import use_arrow_reader
+
+    (tmp_path / "data.csv").write_text("a,b\n1,2\n")
+    assert use_arrow_reader(load_spec("taxi", overrides=overrides).spec, tmp_path) is arrow
