@@ -42,11 +42,20 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+# bench/ is first on sys.path when this runs as `python bench/bench_datapath.py`.
+from measure import (
+    GNU_TIME,
+    BenchError,
+    log_tail,
+    require_gnu_time,
+    run_with_gnu_time,
+    subprocess_env,
+)
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_RAW_SCRIPT = REPO_ROOT.parent / "shared/bench/raw_tfx_datapath.py"
 VENV_PYTHON = REPO_ROOT / ".venv/bin/python"
 CONVEYOR = REPO_ROOT / ".venv/bin/conveyor"
-GNU_TIME = Path("/usr/bin/time")
 
 PIPELINE = "taxi"
 DEFAULT_ROWS = [150_000, 1_500_000]
@@ -69,12 +78,7 @@ CONVEYOR_OUTCOMES = ("PUSHED:", "NOT_PUSHED:", "UNCHANGED:", *CONVEYOR_FAILURES)
 COMPONENT_LINE = re.compile(r"^\s+(\w+)\s+(executed|cached|failed)\s+([\d.]+)s\s*$", re.M)
 # The components whose seconds make Conveyor's pipeline-only figure; both must have executed.
 TIMED_COMPONENTS = ("csv_example_gen", "statistics_gen")
-LOG_TAIL_LINES = 40
 TREE_SAMPLE_SECONDS = 0.5  # how often the process tree's memory is sampled
-
-
-class BenchError(RuntimeError):
-    """A measured run failed; the message says which and where its log is."""
 
 
 @dataclass
@@ -95,46 +99,6 @@ class Measurement:
 
 
 # --- measuring one process -----------------------------------------------------------------------
-
-
-def subprocess_env() -> dict[str, str]:
-    """Returns the environment every measured process runs with.
-
-    Returns:
-        os.environ plus quiet TensorFlow logging and the Keras 2 that TFX 1.16 needs, unless the
-        caller already chose otherwise.
-    """
-    env = dict(os.environ)
-    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-    env.setdefault("TF_USE_LEGACY_KERAS", "1")
-    return env
-
-
-def parse_gnu_time_report(report: str) -> tuple[float, float]:
-    """Reads wall time and peak memory out of a `/usr/bin/time -v` report.
-
-    Args:
-        report: the text `time -v -o FILE` wrote.
-
-    Returns:
-        (wall seconds, maximum resident set size in MiB).
-
-    Raises:
-        BenchError: the report lacks either figure.
-    """
-    elapsed = re.search(r"Elapsed \(wall clock\) time.*?: ([\d:.]+)", report)
-    peak = re.search(r"Maximum resident set size \(kbytes\): (\d+)", report)
-    if not elapsed or not peak:
-        raise BenchError(f"cannot read /usr/bin/time's report:\n{report}")
-    seconds = 0.0
-    for part in elapsed.group(1).split(":"):  # "m:ss.ss" or "h:mm:ss"
-        seconds = seconds * 60 + float(part)
-    return seconds, int(peak.group(1)) / 1024
-
-
-def log_tail(log_path: Path, lines: int = LOG_TAIL_LINES) -> str:
-    """Returns the last `lines` lines of a log, for a failure message."""
-    return "\n".join(log_path.read_text(errors="replace").splitlines()[-lines:])
 
 
 def run_failure(what: str, command: list[str], log_path: Path, reason: str) -> BenchError:
@@ -163,20 +127,12 @@ def measure(
     Raises:
         BenchError: the process exited non-zero; the message holds its log's tail.
     """
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    report_path = log_path.with_suffix(".time")
-    with log_path.open("w") as log:
-        process = subprocess.Popen(
-            [str(GNU_TIME), "-v", "-o", str(report_path), *command],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env=subprocess_env(),
-        )
-        tree_peak_kib = sample_tree_peak_kib(process)
-    if process.returncode != 0:
+    run = run_with_gnu_time(command, log_path, subprocess_env(), wait=sample_tree_peak_kib)
+    if run.returncode != 0:
         what = f"{tool} at {rows:,} rows (repetition {repetition})"
-        raise run_failure(what, command, log_path, f"exited {process.returncode}")
-    wall_seconds, peak_mib = parse_gnu_time_report(report_path.read_text())
+        raise run_failure(what, command, log_path, f"exited {run.returncode}")
+    wall_seconds, peak_mib = run.figures()
+    tree_peak_kib = run.waited
     return Measurement(
         tool=tool,
         rows=rows,
@@ -662,12 +618,8 @@ def benchmark(args: argparse.Namespace, out_root: Path, created: list[Path]) -> 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    if not GNU_TIME.is_file():
-        print(
-            f"error: GNU time is needed at {GNU_TIME} to measure peak memory; "
-            "install the Debian package `time` (apt-get install time).",
-            file=sys.stderr,
-        )
+    if problem := require_gnu_time():
+        print(f"error: {problem}", file=sys.stderr)
         return 1
     print(f"command: {shlex.join(sys.orig_argv)}", flush=True)
     print(f"conveyor: {shlex.join(conveyor_command(Path('WORKDIR'), args.settings))}", flush=True)

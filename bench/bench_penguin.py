@@ -25,17 +25,25 @@ import re
 import shlex
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+# bench/ is first on sys.path when this runs as `python bench/bench_penguin.py`.
+from measure import (
+    GNU_TIME,
+    BenchError,
+    log_tail,
+    require_gnu_time,
+    run_with_gnu_time,
+    subprocess_env,
+)
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_RAW_SCRIPT = REPO_ROOT.parent / "shared/bench/raw_tfx_penguin.py"
 VENV_PYTHON = REPO_ROOT / ".venv/bin/python"
 CONVEYOR = REPO_ROOT / ".venv/bin/conveyor"
-GNU_TIME = Path("/usr/bin/time")
 
 PIPELINE = "penguin"
 # The raw reference drops exactly these rows; Conveyor gets the same ones so both train on 342.
@@ -65,11 +73,6 @@ COMPARISONS = [
 ]
 LABEL_WIDTH = max(len(label) for _, _, label in COMPARISONS)
 HELP_RUNS = 5
-LOG_TAIL_LINES = 40
-
-
-class BenchError(RuntimeError):
-    """A measured run failed; the message says which and where its log is."""
 
 
 @dataclass
@@ -90,65 +93,6 @@ class Measurement:
 # --- measuring one process -----------------------------------------------------------------------
 
 
-def subprocess_env() -> dict[str, str]:
-    """Returns the environment every measured process runs with.
-
-    Returns:
-        os.environ plus quiet TensorFlow logging and the Keras 2 that TFX 1.16 needs, unless the
-        caller already chose otherwise.
-    """
-    env = dict(os.environ)
-    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-    env.setdefault("TF_USE_LEGACY_KERAS", "1")
-    return env
-
-
-def parse_gnu_time_report(report: str) -> tuple[float, float]:
-    """Reads wall time and peak memory out of a `/usr/bin/time -v` report.
-
-    Args:
-        report: the text `time -v -o FILE` wrote.
-
-    Returns:
-        (wall seconds, maximum resident set size in MiB).
-
-    Raises:
-        BenchError: the report lacks either figure.
-    """
-    elapsed = re.search(r"Elapsed \(wall clock\) time.*?: ([\d:.]+)", report)
-    peak = re.search(r"Maximum resident set size \(kbytes\): (\d+)", report)
-    if not elapsed or not peak:
-        raise BenchError(f"cannot read /usr/bin/time's report:\n{report}")
-    seconds = 0.0
-    for part in elapsed.group(1).split(":"):  # "m:ss.ss" or "h:mm:ss"
-        seconds = seconds * 60 + float(part)
-    return seconds, int(peak.group(1)) / 1024
-
-
-def run_with_gnu_time(command: list[str], log_path: Path, env: dict[str, str]) -> tuple:
-    """Runs `command` under `/usr/bin/time -v`, which measures the whole process.
-
-    Returns:
-        (exit code, wall seconds, peak RSS in MiB).
-    """
-    report_path = log_path.with_suffix(".time")
-    with log_path.open("w") as log:
-        completed = subprocess.run(
-            [str(GNU_TIME), "-v", "-o", str(report_path), *command],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env=env,
-            check=False,
-        )
-    wall_seconds, peak_mib = parse_gnu_time_report(report_path.read_text())
-    return completed.returncode, wall_seconds, peak_mib
-
-
-def log_tail(log_path: Path, lines: int = LOG_TAIL_LINES) -> str:
-    """Returns the last `lines` lines of a log, for a failure message."""
-    return "\n".join(log_path.read_text(errors="replace").splitlines()[-lines:])
-
-
 def measure(
     command: list[str], log_path: Path, *, tool: str, scenario: str, repetition: int
 ) -> Measurement:
@@ -167,11 +111,11 @@ def measure(
     Raises:
         BenchError: the process exited non-zero; the message holds its log's tail.
     """
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    exit_code, wall_seconds, peak_mib = run_with_gnu_time(command, log_path, subprocess_env())
-    if exit_code != 0:
+    run = run_with_gnu_time(command, log_path, subprocess_env())
+    wall_seconds, peak_mib = run.figures()
+    if run.returncode != 0:
         raise BenchError(
-            f"{tool} {scenario} (repetition {repetition}) exited {exit_code}: "
+            f"{tool} {scenario} (repetition {repetition}) exited {run.returncode}: "
             f"{shlex.join(command)}\n--- last lines of {log_path} ---\n{log_tail(log_path)}"
         )
     return Measurement(
@@ -448,12 +392,8 @@ def benchmark(args: argparse.Namespace, out_root: Path, created: list[Path]) -> 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    if not GNU_TIME.is_file():
-        print(
-            f"error: GNU time is needed at {GNU_TIME} to measure peak memory; "
-            "install the Debian package `time` (apt-get install time).",
-            file=sys.stderr,
-        )
+    if problem := require_gnu_time():
+        print(f"error: {problem}", file=sys.stderr)
         return 1
     print(f"command: {shlex.join(sys.orig_argv)}", flush=True)
     own_temp_dir = args.out_dir is None

@@ -31,7 +31,6 @@ import argparse
 import json
 import math
 import os
-import re
 import shlex
 import shutil
 import signal
@@ -46,8 +45,20 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+# bench/ is first on sys.path when this runs as `python bench/bench_trainer.py` (so also in the
+# --worker processes, which run this script the same way).
+from measure import (
+    GNU_TIME,
+    BenchError,
+    log_tail,
+    parse_gnu_time_report,
+    quiet_tf_env,
+    require_gnu_time,
+    start_with_gnu_time,
+    subprocess_env,
+)
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
-GNU_TIME = Path("/usr/bin/time")
 
 PIPELINE = "taxi"
 SPEC_ENV = "local"
@@ -60,12 +71,7 @@ EVAL_EVERY = 5  # row i goes to eval when i % 5 == 4: ~80/20, the spec's {train:
 DEFAULT_STEPS = 300
 EVAL_STEPS = 5
 DEFAULT_TIMEOUT_S = 1200
-LOG_TAIL_LINES = 40
 POLL_SECONDS = 0.2
-
-
-class BenchError(RuntimeError):
-    """A measured run failed or could not be read; the message says which and why."""
 
 
 @dataclass(frozen=True)
@@ -319,9 +325,7 @@ def child_env(run_dir: Path, tf_config: dict[str, Any] | None = None) -> dict[st
         run_dir: the run's directory; temporary files (a non-chief's export) go under it.
         tf_config: the cluster and task of a multi-worker process, else None.
     """
-    env = dict(os.environ)
-    env["TF_CPP_MIN_LOG_LEVEL"] = "3"
-    env["TF_USE_LEGACY_KERAS"] = "1"  # TFX 1.16 trains with Keras 2
+    env = subprocess_env(override=True)  # quiet TensorFlow and Keras 2, whatever the caller set
     env["CUDA_VISIBLE_DEVICES"] = "-1"  # every configuration on the CPU, so ratios compare alike
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
     tmp_dir = run_dir / "tmp"
@@ -338,8 +342,9 @@ def start_child(name: str, command: list[str], run_dir: Path, env: dict[str, str
     stdout_path, stderr_path = run_dir / f"{name}.out", run_dir / f"{name}.log"
     time_path = run_dir / f"{name}.time"
     with stdout_path.open("w") as stdout, stderr_path.open("w") as stderr:
-        process = subprocess.Popen(
-            [str(GNU_TIME), "-v", "-o", str(time_path), *command],
+        process = start_with_gnu_time(
+            command,
+            time_path,
             stdout=stdout,
             stderr=stderr,
             env=env,
@@ -357,13 +362,6 @@ def stop_child(child: Child) -> None:
         except ProcessLookupError:
             pass
     child.process.wait()
-
-
-def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
-    """Returns the last `lines` lines of a file, for a failure message."""
-    if not path.is_file():
-        return "(no file)"
-    return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
 
 
 def failure_report(child: Child, reason: str) -> str:
@@ -400,25 +398,6 @@ def wait_for_children(children: list[Child], timeout_s: float) -> None:
     finally:
         for child in children:
             stop_child(child)
-
-
-def parse_gnu_time_report(report: str) -> tuple[float, float]:
-    """Reads wall time and peak memory out of a `/usr/bin/time -v` report.
-
-    Returns:
-        (wall seconds, maximum resident set size in MiB).
-
-    Raises:
-        BenchError: the report lacks either figure.
-    """
-    elapsed = re.search(r"Elapsed \(wall clock\) time.*?: ([\d:.]+)", report)
-    peak = re.search(r"Maximum resident set size \(kbytes\): (\d+)", report)
-    if not elapsed or not peak:
-        raise BenchError(f"cannot read /usr/bin/time's report:\n{report}")
-    seconds = 0.0
-    for part in elapsed.group(1).split(":"):  # "m:ss.ss" or "h:mm:ss"
-        seconds = seconds * 60 + float(part)
-    return seconds, int(peak.group(1)) / 1024
 
 
 def read_summary(child: Child) -> dict[str, Any]:
@@ -673,17 +652,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.worker:
         return run_worker(Path(args.worker[0]), args.worker[1], args.export_dir)
-    if not GNU_TIME.is_file():
-        print(
-            f"error: GNU time is needed at {GNU_TIME} to measure peak memory; "
-            "install the Debian package `time` (apt-get install time).",
-            file=sys.stderr,
-        )
+    if problem := require_gnu_time():
+        print(f"error: {problem}", file=sys.stderr)
         return 1
     print(f"command: {shlex.join(sys.orig_argv)}", flush=True)
     # Read when TensorFlow is first imported (by the data preparation): quiet, and Keras 2.
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-    os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+    quiet_tf_env(os.environ)
     own_temp_dir = args.out_dir is None
     out_root = Path(tempfile.mkdtemp(prefix="bench-trainer-")) if own_temp_dir else args.out_dir
     out_root.mkdir(parents=True, exist_ok=True)

@@ -109,11 +109,10 @@ def _example_gen(ctx: BuildContext, node_id: str) -> None:
         tfx.proto.SplitConfig.Split(name=name, hash_buckets=buckets)
         for name, buckets in ctx.spec.data.splits.items()
     ]
-    output_config = tfx.proto.Output(
-        split_config=tfx.proto.SplitConfig(
-            splits=splits, partition_feature_name=ctx.spec.data.split_key or ""
-        )
-    )
+    split_config = tfx.proto.SplitConfig(splits=splits)
+    if ctx.spec.data.split_key:  # even an empty name would count as set in the proto
+        split_config.partition_feature_name = ctx.spec.data.split_key
+    output_config = tfx.proto.Output(split_config=split_config)
     if use_arrow_reader(ctx.spec, ctx.paths.input_dir):
         from components.arrow_example_gen.component import ArrowCsvExampleGen
 
@@ -203,38 +202,56 @@ def _trainer(ctx: BuildContext, node_id: str) -> None:
     ctx.channels["model"] = node.outputs["model"]
 
 
-def _baseline_resolver(ctx: BuildContext, node_id: str) -> None:
+def _served_model_resolver(
+    ctx: BuildContext,
+    node_id: str,
+    strategy_class: type,
+    anchor: tuple[str, str],
+    provides: str,
+) -> None:
+    """A Resolver over every Model and push of the pipeline, anchored to this run's channel
+    `anchor = (input key, role)`, which also orders it after that channel's producer."""
     from tfx import v1 as tfx
 
-    from components.baseline import strategy
+    from components.baseline.strategy import MODEL_KEY, PUSH_KEY
 
+    anchor_key, anchor_role = anchor
     node = tfx.dsl.Resolver(
-        strategy_class=strategy.ServedModelStrategy,
+        strategy_class=strategy_class,
         **{
-            strategy.CANDIDATE_KEY: ctx.need("model", node_id),
-            strategy.MODEL_KEY: tfx.dsl.Channel(type=tfx.types.standard_artifacts.Model),
-            strategy.PUSH_KEY: tfx.dsl.Channel(type=tfx.types.standard_artifacts.PushedModel),
+            anchor_key: ctx.need(anchor_role, node_id),
+            MODEL_KEY: tfx.dsl.Channel(type=tfx.types.standard_artifacts.Model),
+            PUSH_KEY: tfx.dsl.Channel(type=tfx.types.standard_artifacts.PushedModel),
         },
     ).with_id(node_id)
     ctx.nodes.append(node)
-    ctx.channels["baseline_model"] = node.outputs[strategy.MODEL_KEY]
+    ctx.channels[provides] = node.outputs[MODEL_KEY]
+
+
+def _baseline_resolver(ctx: BuildContext, node_id: str) -> None:
+    """The served model other than the candidate: what the Evaluator compares against."""
+    from components.baseline import strategy
+
+    _served_model_resolver(
+        ctx,
+        node_id,
+        strategy.ServedModelStrategy,
+        (strategy.CANDIDATE_KEY, "model"),
+        "baseline_model",
+    )
 
 
 def _warm_start_resolver(ctx: BuildContext, node_id: str) -> None:
-    from tfx import v1 as tfx
-
+    """The served model not trained on this run's examples: what the Trainer starts from."""
     from components.baseline import strategy
 
-    node = tfx.dsl.Resolver(
-        strategy_class=strategy.WarmStartModelStrategy,
-        **{
-            strategy.EXAMPLES_KEY: ctx.need("examples", node_id),
-            strategy.MODEL_KEY: tfx.dsl.Channel(type=tfx.types.standard_artifacts.Model),
-            strategy.PUSH_KEY: tfx.dsl.Channel(type=tfx.types.standard_artifacts.PushedModel),
-        },
-    ).with_id(node_id)
-    ctx.nodes.append(node)
-    ctx.channels["warm_start_model"] = node.outputs[strategy.MODEL_KEY]
+    _served_model_resolver(
+        ctx,
+        node_id,
+        strategy.WarmStartModelStrategy,
+        (strategy.EXAMPLES_KEY, "examples"),
+        "warm_start_model",
+    )
 
 
 def eval_config(spec: PipelineSpec):

@@ -147,3 +147,15 @@ def test_reader_auto_chooses_by_input_size(tmp_path, overrides, arrow):
 
     (tmp_path / "data.csv").write_text("a,b\n1,2\n")
     assert use_arrow_reader(load_spec("taxi", overrides=overrides).spec, tmp_path) is arrow
+
+
+@pytest.mark.parametrize(("name", "key"), [("penguin", None), ("taxi", "trip_start_timestamp")])
+def test_split_key_reaches_example_gen_only_when_set(tmp_path, name, key):
+    from pipelines.builder import build_pipeline
+
+    pipeline = build_pipeline(load_spec(name).spec, tmp_path)
+    example_gen = next(c for c in pipeline.components if c.id == "csv_example_gen")
+    split_config = example_gen.exec_properties["output_config"].split_config
+    # An empty partition_feature_name would still count as set and break TFX's splitting.
+    assert split_config.HasField("partition_feature_name") is (key is not None)
+    assert (split_config.partition_feature_name or None) == key

@@ -1,0 +1,201 @@
+"""Measuring whole processes for the benchmarks: wall time and peak memory from GNU time.
+
+The benchmark scripts in bench/ (bench_penguin.py, bench_datapath.py, bench_trainer.py) run
+every measured command as a process of its own under `/usr/bin/time -v` (Debian package `time`),
+so that their figures include Python start-up and the TensorFlow/TFX imports. This module holds
+what they share: where GNU time is and the check that it is there, running a command under it,
+reading its report, the error a failed run raises, the end of a run's log for that error, and
+the environment that keeps TensorFlow quiet.
+
+The scripts import it as `measure`: each is run as `python bench/<script>.py`, which puts bench/
+first on sys.path. It needs only the standard library, so importing it costs a measured process
+(bench_trainer's workers import their own script) next to nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from collections.abc import Callable, MutableMapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+GNU_TIME = Path("/usr/bin/time")
+LOG_TAIL_LINES = 40
+# Read by TensorFlow when it is first imported: log only fatal errors from C++, and use the
+# Keras 2 that TFX 1.16 trains with.
+QUIET_TF_ENV = {
+    "TF_CPP_MIN_LOG_LEVEL": "3",
+    "TF_USE_LEGACY_KERAS": "1",
+}
+
+Env = TypeVar("Env", bound=MutableMapping[str, str])
+
+
+class BenchError(RuntimeError):
+    """A measured run failed or could not be read; the message says which and why.
+
+    Where the run left a log, the message says where it is and ends with the log's last lines.
+    """
+
+
+def require_gnu_time() -> str | None:
+    """Checks that GNU time is where the benchmarks run it from.
+
+    Returns:
+        None when GNU_TIME is a file; otherwise a one-line message saying what to install, for
+        the caller to print after "error: ".
+    """
+    if GNU_TIME.is_file():
+        return None
+    return (
+        f"GNU time is needed at {GNU_TIME} to measure peak memory; "
+        "install the Debian package `time` (apt-get install time)."
+    )
+
+
+def quiet_tf_env(env: Env, *, override: bool = False) -> Env:
+    """Sets QUIET_TF_ENV's variables in an environment mapping, in place.
+
+    Args:
+        env: the mapping to change, e.g. a copy of os.environ for a child process, or os.environ
+            itself before this process imports TensorFlow.
+        override: replace values already set; by default a value the caller chose is kept.
+
+    Returns:
+        `env` itself, changed.
+    """
+    for name, value in QUIET_TF_ENV.items():
+        if override:
+            env[name] = value
+        else:
+            env.setdefault(name, value)
+    return env
+
+
+def subprocess_env(*, override: bool = False) -> dict[str, str]:
+    """Returns the environment a measured process runs with.
+
+    Args:
+        override: let QUIET_TF_ENV's values replace any the caller's environment already has.
+
+    Returns:
+        A copy of os.environ plus quiet TensorFlow logging and the Keras 2 that TFX 1.16 needs
+        (unless the caller already chose otherwise and `override` is False).
+    """
+    return quiet_tf_env(dict(os.environ), override=override)
+
+
+def parse_gnu_time_report(report: str) -> tuple[float, float]:
+    """Reads wall time and peak memory out of a `/usr/bin/time -v` report.
+
+    Args:
+        report: the text `time -v -o FILE` wrote.
+
+    Returns:
+        (wall seconds, maximum resident set size in MiB).
+
+    Raises:
+        BenchError: the report lacks either figure.
+    """
+    elapsed = re.search(r"Elapsed \(wall clock\) time.*?: ([\d:.]+)", report)
+    peak = re.search(r"Maximum resident set size \(kbytes\): (\d+)", report)
+    if not elapsed or not peak:
+        raise BenchError(f"cannot read /usr/bin/time's report:\n{report}")
+    seconds = 0.0
+    for part in elapsed.group(1).split(":"):  # "m:ss.ss" or "h:mm:ss"
+        seconds = seconds * 60 + float(part)
+    return seconds, int(peak.group(1)) / 1024
+
+
+def start_with_gnu_time(
+    command: list[str], report_path: Path, **popen_kwargs: Any
+) -> subprocess.Popen:
+    """Starts `command` under `/usr/bin/time -v`, which measures the whole process.
+
+    Args:
+        command: the process to measure.
+        report_path: where GNU time writes its report (read it with parse_gnu_time_report once
+            the process has exited).
+        **popen_kwargs: passed to subprocess.Popen (stdout, stderr, env, cwd, ...).
+
+    Returns:
+        The running GNU time process; its `args` are the whole command line, GNU time included.
+    """
+    return subprocess.Popen([str(GNU_TIME), "-v", "-o", str(report_path), *command], **popen_kwargs)
+
+
+@dataclass(frozen=True)
+class TimedRun:
+    """A finished run under GNU time: its exit code, its report, and what waiting returned."""
+
+    returncode: int
+    report_path: Path
+    waited: Any = None
+
+    def figures(self) -> tuple[float, float]:
+        """Reads the run's figures out of its GNU time report.
+
+        Returns:
+            What parse_gnu_time_report returns: wall seconds and peak RSS in MiB.
+
+        Raises:
+            BenchError: the report lacks either figure.
+        """
+        return parse_gnu_time_report(self.report_path.read_text())
+
+
+def run_with_gnu_time(
+    command: list[str],
+    log_path: Path,
+    env: dict[str, str],
+    *,
+    wait: Callable[[subprocess.Popen], Any] = subprocess.Popen.wait,
+) -> TimedRun:
+    """Runs `command` to completion under `/usr/bin/time -v`, its output in one log.
+
+    The report is left unread, so a caller can decide whether a failed run's figures matter:
+    call `figures()` on the result.
+
+    Args:
+        command: the process to measure.
+        log_path: where its stdout and stderr both go (parent directories are created); GNU
+            time's report goes beside it, with the suffix `.time`.
+        env: the process's environment (see subprocess_env).
+        wait: called with the started process; must return once it has exited, e.g. after
+            sampling it while it runs. What it returns is kept as `waited`. Should it raise, the
+            process is killed before the exception goes on.
+
+    Returns:
+        The finished run.
+    """
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    report_path = log_path.with_suffix(".time")
+    with log_path.open("w") as log:
+        process = start_with_gnu_time(
+            command, report_path, stdout=log, stderr=subprocess.STDOUT, env=env
+        )
+        with process:
+            try:
+                waited = wait(process)
+            except BaseException:  # e.g. KeyboardInterrupt: leave nothing running
+                process.kill()
+                raise
+    return TimedRun(process.wait(), report_path, waited)
+
+
+def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
+    """Returns the last `lines` lines of a log, for a failure message.
+
+    Args:
+        path: the log.
+        lines: how many lines, at most.
+
+    Returns:
+        The lines, joined by newlines; "(no file)" when there is no file at `path`.
+    """
+    if not path.is_file():
+        return "(no file)"
+    return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
