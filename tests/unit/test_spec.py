@@ -154,8 +154,14 @@ def test_split_key_reaches_example_gen_only_when_set(tmp_path, name, key):
     from pipelines.builder import build_pipeline
 
     pipeline = build_pipeline(load_spec(name).spec, tmp_path)
+    from tfx.proto import example_gen_pb2
+    from tfx.utils import proto_utils
+
     example_gen = next(c for c in pipeline.components if c.id == "csv_example_gen")
-    split_config = example_gen.exec_properties["output_config"].split_config
+    output_config = proto_utils.json_to_proto(
+        example_gen.exec_properties["output_config"], example_gen_pb2.Output()
+    )
+    split_config = output_config.split_config
     # An empty partition_feature_name would still count as set and break TFX's splitting.
     assert split_config.HasField("partition_feature_name") is (key is not None)
     assert (split_config.partition_feature_name or None) == key
