@@ -284,9 +284,14 @@ def eval_config(spec: PipelineSpec):
                 change.relative.value = metric.change.relative
             threshold.change_threshold.CopyFrom(change)
         gated = bounds or metric.change is not None
-        metrics.append(
-            tfma.MetricConfig(class_name=metric.name, threshold=threshold if gated else None)
+        # Thresholds gate the whole evaluation set; the other slices are there to be read (a
+        # slice of a few rows would otherwise block every push by chance).
+        per_slice = (
+            [tfma.PerSliceMetricThreshold(slicing_specs=[tfma.SlicingSpec()], threshold=threshold)]
+            if gated
+            else []
         )
+        metrics.append(tfma.MetricConfig(class_name=metric.name, per_slice_thresholds=per_slice))
     return tfma.EvalConfig(
         model_specs=[
             tfma.ModelSpec(

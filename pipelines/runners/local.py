@@ -76,7 +76,7 @@ class _ProgressHandler(logging.Handler):
 
 @contextlib.contextmanager
 def _captured_logs(progress: logging.Handler, log_file: Path):
-    """TFX logs through absl at INFO: full log to the run's file, warnings to stderr."""
+    """TFX logs through absl at INFO: the full log goes to the run's file, errors to stderr."""
     from absl import logging as absl_logging
 
     absl_logger = logging.getLogger("absl")

@@ -7,6 +7,7 @@ data gate while version 1 keeps serving.
 
 import shutil
 
+import pandas as pd
 import pytest
 import tensorflow as tf
 
@@ -124,3 +125,39 @@ def test_bad_data_stops_at_the_data_gate_and_serving_is_untouched(
     assert model_digest(str(paths.serving_dir / "1")) == served_before
     store = metadata.open_store(loaded.spec, paths.metadata_path)
     assert metadata.find_run(store, result.run_id).state == "failed"
+
+
+def test_a_worse_model_on_new_data_is_compared_with_the_served_one_and_not_pushed(penguin):
+    loaded, paths, first, _ = penguin
+    served_before = model_digest(str(paths.serving_dir / "1"))
+    csv = paths.input_dir / "penguins.csv"
+    pd.read_csv(paths.workdir / "good-data" / "penguins.csv").sample(
+        frac=0.9, random_state=7
+    ).to_csv(csv, index=False)
+    barely_trained = load_spec(
+        "penguin",
+        env="ci",
+        overrides=["trainer.train_steps=1", "trainer.learning_rate=0.0001"],
+        workdir=paths.workdir,
+    )
+    result = local.run(barely_trained, paths.workdir, echo=lambda _: None)
+
+    assert result.outcome == "not_pushed", result.message
+    assert "did not pass the evaluation thresholds" in result.message
+    assert sorted(p.name for p in paths.serving_dir.iterdir()) == ["1"]
+    assert model_digest(str(paths.serving_dir / "1")) == served_before
+    # The Evaluator compared it with the model serving as version 1.
+    store = metadata.open_store(loaded.spec, paths.metadata_path)
+    context = store.get_context_by_type_and_name("pipeline_run", result.run_id)
+    (blessing,) = [
+        a for a in store.get_artifacts_by_context(context.id) if a.type == "ModelBlessing"
+    ]
+    assert blessing.custom_properties["blessed"].int_value == 0
+    served = next(
+        a
+        for a in store.get_artifacts_by_context(
+            store.get_context_by_type_and_name("pipeline_run", first.run_id).id
+        )
+        if a.type == "Model"
+    )
+    assert blessing.custom_properties["baseline_model_id"].int_value == served.id

@@ -165,3 +165,16 @@ def test_split_key_reaches_example_gen_only_when_set(tmp_path, name, key):
     # An empty partition_feature_name would still count as set and break TFX's splitting.
     assert split_config.HasField("partition_feature_name") is (key is not None)
     assert (split_config.partition_feature_name or None) == key
+
+
+def test_thresholds_gate_the_whole_evaluation_set_not_each_slice():
+    from pipelines.registry import eval_config
+
+    config = eval_config(load_spec("taxi").spec)
+    assert [list(s.feature_keys) for s in config.slicing_specs] == [[], ["payment_type"]]
+    accuracy, auc = config.metrics_specs[0].metrics
+    (gate,) = accuracy.per_slice_thresholds
+    assert [list(s.feature_keys) for s in gate.slicing_specs] == [[]]
+    assert gate.threshold.value_threshold.lower_bound.value == 0.6
+    assert gate.threshold.change_threshold.absolute.value == -0.01
+    assert not accuracy.HasField("threshold") and not auc.per_slice_thresholds
