@@ -46,7 +46,7 @@ lock: | $(BIN)/python
 	$(BIN)/uv pip compile -q requirements.in --python-version 3.10 -o requirements.lock
 
 data: setup
-	$(BIN)/conveyor data penguin
+	$(BIN)/conveyor data $(PIPELINE) --env $(ENV) --workdir $(WORKDIR)
 
 pipeline-local: data
 	$(BIN)/conveyor run $(PIPELINE) --env $(ENV) --workdir $(WORKDIR)

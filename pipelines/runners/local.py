@@ -94,6 +94,8 @@ def _captured_logs(progress: logging.Handler, log_file: Path):
     tf_logger = logging.getLogger("tensorflow")
     tf_level = tf_logger.level
     tf_logger.setLevel(logging.ERROR)
+    # Beam's note that python-snappy is missing (a slower checksum) is not actionable either.
+    logging.getLogger("apache_beam.io.tfrecordio").setLevel(logging.ERROR)
     for handler in handlers:
         absl_logger.addHandler(handler)
     try:
