@@ -194,7 +194,7 @@ def _trainer(ctx: BuildContext, node_id: str) -> None:
             "trainer": trainer.model_dump(mode="json"),
             "code_version": code_version(),
         },
-        base_model=ctx.channels.get("warm_start_model") if trainer.warm_start else None,
+        base_model=ctx.need("warm_start_model", node_id) if trainer.warm_start else None,
     ).with_id(node_id)
     for gate in ctx.gates:  # a gate that fails stops the run before any training
         node.add_upstream_node(gate)

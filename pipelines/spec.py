@@ -11,6 +11,7 @@ This module imports no TensorFlow or TFX: the command line validates specs in we
 from __future__ import annotations
 
 import enum
+import itertools
 from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -341,12 +342,10 @@ class PipelineSpec(StrictModel):
 
     @model_validator(mode="after")
     def _warm_start_has_a_source(self) -> PipelineSpec:
-        types = [c.type for c in self.components]
-        if (
-            self.trainer.warm_start
-            and "warm_start_resolver"
-            not in types[: types.index("trainer") if "trainer" in types else len(types)]
-        ):
+        before_trainer = itertools.takewhile(lambda c: c.type != "trainer", self.components)
+        if self.trainer.warm_start and "warm_start_resolver" not in {
+            c.type for c in before_trainer
+        }:
             raise ValueError(
                 "trainer.warm_start needs a `warm_start_resolver` component before the trainer "
                 "in `components`"

@@ -178,3 +178,8 @@ def test_thresholds_gate_the_whole_evaluation_set_not_each_slice():
     assert gate.threshold.value_threshold.lower_bound.value == 0.6
     assert gate.threshold.change_threshold.absolute.value == -0.01
     assert not accuracy.HasField("threshold") and not auc.per_slice_thresholds
+
+
+def test_warm_start_without_its_resolver_is_refused_at_validation():
+    with pytest.raises(SpecError, match="needs a `warm_start_resolver` component before the"):
+        load_spec("penguin", overrides=["trainer.warm_start=true"])
