@@ -19,11 +19,9 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import json
 import os
 import re
 import shlex
-import shutil
 import statistics
 import sys
 import tempfile
@@ -35,7 +33,7 @@ from measure import (
     GNU_TIME,
     BenchError,
     log_tail,
-    require_gnu_time,
+    run_benchmark,
     run_with_gnu_time,
     subprocess_env,
 )
@@ -391,31 +389,7 @@ def benchmark(args: argparse.Namespace, out_root: Path, created: list[Path]) -> 
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    if problem := require_gnu_time():
-        print(f"error: {problem}", file=sys.stderr)
-        return 1
-    print(f"command: {shlex.join(sys.orig_argv)}", flush=True)
-    own_temp_dir = args.out_dir is None
-    out_root = Path(tempfile.mkdtemp(prefix="bench-penguin-")) if own_temp_dir else args.out_dir
-    out_root.mkdir(parents=True, exist_ok=True)
-    print(f"run directories under {out_root}", flush=True)
-    created: list[Path] = []
-    try:
-        result = benchmark(args, out_root, created)
-    except BenchError as err:
-        # The directories stay: their logs are what explains the failure.
-        print(f"error: {err}\n(run directories kept under {out_root})", file=sys.stderr)
-        return 1
-    print()
-    print(format_table(result))
-    if args.json:
-        args.json.write_text(json.dumps(result, indent=2) + "\n")
-        print(f"\nJSON written to {args.json}")
-    if not args.keep:
-        for path in [out_root] if own_temp_dir else created:
-            shutil.rmtree(path, ignore_errors=True)
-    return 0
+    return run_benchmark(parse_args(argv), "bench-penguin-", benchmark, format_table)
 
 
 if __name__ == "__main__":

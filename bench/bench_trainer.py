@@ -53,7 +53,7 @@ from measure import (
     log_tail,
     parse_gnu_time_report,
     quiet_tf_env,
-    require_gnu_time,
+    run_benchmark,
     start_with_gnu_time,
     subprocess_env,
 )
@@ -614,6 +614,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def benchmark(args: argparse.Namespace, out_root: Path, created: list[Path]) -> dict[str, Any]:
     """Prepares the data, runs every configuration `--repeats` times; returns the JSON result."""
+    # Read when TensorFlow is first imported (by the data preparation): quiet, and Keras 2.
+    quiet_tf_env(os.environ)
     data_dir, runs_dir = out_root / "data", out_root / "runs"
     created += [data_dir, runs_dir]
     print(f"preparing the {PIPELINE} data in {data_dir} ...", flush=True)
@@ -652,34 +654,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.worker:
         return run_worker(Path(args.worker[0]), args.worker[1], args.export_dir)
-    if problem := require_gnu_time():
-        print(f"error: {problem}", file=sys.stderr)
-        return 1
-    print(f"command: {shlex.join(sys.orig_argv)}", flush=True)
-    # Read when TensorFlow is first imported (by the data preparation): quiet, and Keras 2.
-    quiet_tf_env(os.environ)
-    own_temp_dir = args.out_dir is None
-    out_root = Path(tempfile.mkdtemp(prefix="bench-trainer-")) if own_temp_dir else args.out_dir
-    out_root.mkdir(parents=True, exist_ok=True)
-    print(f"data and run directories under {out_root}", flush=True)
-    created: list[Path] = []
-    try:
-        result = benchmark(args, out_root, created)
-    except BenchError as err:
-        # The directories stay: their logs are what explains the failure.
-        print(f"error: {err}\n(data and run directories kept under {out_root})", file=sys.stderr)
-        return 1
-    print()
-    print(format_table(result["configurations"]))
-    print()
-    print(format_notes(result))
-    if args.json:
-        args.json.write_text(json.dumps(result, indent=2) + "\n")
-        print(f"\nJSON written to {args.json}")
-    if not args.keep:
-        for path in [out_root] if own_temp_dir else created:
-            shutil.rmtree(path, ignore_errors=True)
-    return 0
+    return run_benchmark(
+        args,
+        "bench-trainer-",
+        benchmark,
+        lambda result: f"{format_table(result['configurations'])}\n\n{format_notes(result)}",
+        contents="data and run directories",
+    )
 
 
 if __name__ == "__main__":

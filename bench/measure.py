@@ -4,8 +4,8 @@ The benchmark scripts in bench/ (bench_penguin.py, bench_datapath.py, bench_trai
 every measured command as a process of its own under `/usr/bin/time -v` (Debian package `time`),
 so that their figures include Python start-up and the TensorFlow/TFX imports. This module holds
 what they share: where GNU time is and the check that it is there, running a command under it,
-reading its report, the error a failed run raises, the end of a run's log for that error, and
-the environment that keeps TensorFlow quiet.
+reading its report, the error a failed run raises, the end of a run's log for that error, the
+environment that keeps TensorFlow quiet, and the main() scaffolding around a whole benchmark.
 
 The scripts import it as `measure`: each is run as `python bench/<script>.py`, which puts bench/
 first on sys.path. It needs only the standard library, so importing it costs a measured process
@@ -14,10 +14,16 @@ first on sys.path. It needs only the standard library, so importing it costs a m
 
 from __future__ import annotations
 
+import argparse
+import json
 import os
 import re
+import shlex
+import shutil
 import subprocess
-from collections.abc import Callable, MutableMapping
+import sys
+import tempfile
+from collections.abc import Callable, Iterable, MutableMapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -199,3 +205,67 @@ def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
     if not path.is_file():
         return "(no file)"
     return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+
+
+def run_benchmark(
+    args: argparse.Namespace,
+    prefix: str,
+    benchmark: Callable[[argparse.Namespace, Path, list[Path]], dict[str, Any]],
+    report: Callable[[dict[str, Any]], str],
+    *,
+    preamble: Iterable[str] = (),
+    contents: str = "run directories",
+    kept_contents: str | None = None,
+) -> int:
+    """Runs a benchmark script's main() around its `benchmark` function.
+
+    Checks for GNU time, prints the command (and `preamble`), makes the output root, runs the
+    benchmark, prints its report, writes `--json`, and cleans up unless `--keep`: the whole
+    output root when it is a temporary directory made here, otherwise only the paths the
+    benchmark listed in `created` (so a given `--out-dir` keeps anything else, e.g. generated
+    inputs the next run can reuse). After a failure every directory stays, since their logs
+    explain it.
+
+    Args:
+        args: the parsed command line; needs `out_dir` (a Path, or None for a new temporary
+            directory), `json` (a Path, or None) and `keep` (a bool).
+        prefix: the name prefix of the temporary output root, e.g. "bench-penguin-".
+        benchmark: called as benchmark(args, out_root, created); appends to `created` the paths
+            it makes under out_root that clean-up removes, and returns the result written as JSON.
+        report: turns the result into the text printed after the run.
+        preamble: lines printed after the command line, before the output root is made.
+        contents: what the output root holds, for the line "<contents> under <out_root>".
+        kept_contents: what the failure message says is kept under the output root; defaults
+            to `contents`.
+
+    Returns:
+        The exit code: 0, or 1 when GNU time is missing or the benchmark raised BenchError
+        (the message is printed to stderr after "error: ").
+    """
+    if problem := require_gnu_time():
+        print(f"error: {problem}", file=sys.stderr)
+        return 1
+    print(f"command: {shlex.join(sys.orig_argv)}", flush=True)
+    for line in preamble:
+        print(line, flush=True)
+    own_temp_dir = args.out_dir is None
+    out_root = Path(tempfile.mkdtemp(prefix=prefix)) if own_temp_dir else args.out_dir
+    out_root.mkdir(parents=True, exist_ok=True)
+    print(f"{contents} under {out_root}", flush=True)
+    created: list[Path] = []
+    try:
+        result = benchmark(args, out_root, created)
+    except BenchError as err:
+        # The directories stay: their logs are what explains the failure.
+        kept = contents if kept_contents is None else kept_contents
+        print(f"error: {err}\n({kept} kept under {out_root})", file=sys.stderr)
+        return 1
+    print()
+    print(report(result))
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=2) + "\n")
+        print(f"\nJSON written to {args.json}")
+    if not args.keep:
+        for path in [out_root] if own_temp_dir else created:
+            shutil.rmtree(path, ignore_errors=True)
+    return 0
