@@ -39,7 +39,7 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 def cmd_validate(args: argparse.Namespace) -> int:
     names = args.pipelines or config.list_pipelines()
-    envs = [args.env] if args.env_given else config.list_profiles()
+    envs = [args.env] if args.env else config.list_profiles()
     failures = 0
     for name in names:
         for env in envs:
@@ -134,8 +134,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True)
 
-    def common(p: argparse.ArgumentParser, workdir: bool = True) -> None:
-        p.add_argument("--env", default="local", help="environment profile in configs/")
+    def common(
+        p: argparse.ArgumentParser, workdir: bool = True, env_default: str | None = "local"
+    ) -> None:
+        p.add_argument("--env", default=env_default, help="environment profile in configs/")
         p.add_argument(
             "--set",
             action="append",
@@ -155,7 +157,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("validate", help="load and validate specs (all pipelines x profiles)")
     p.add_argument("pipelines", nargs="*", help="pipeline names or spec paths")
-    common(p, workdir=False)
+    common(p, workdir=False, env_default=None)  # no --env: every profile
     p.add_argument("--print", action="store_true", help="print the resolved spec")
     p.set_defaults(func=cmd_validate)
 
@@ -185,7 +187,6 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
-    args.env_given = "--env" in argv or any(a.startswith("--env=") for a in argv)
     try:
         return args.func(args)
     except SpecError as err:

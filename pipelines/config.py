@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import glob
+import hashlib
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -39,6 +40,17 @@ class LoadedSpec:
     spec: PipelineSpec
     env: str
     sources: tuple[str, ...]
+
+
+def source_digest(folders: Iterable[str], suffixes: tuple[str, ...]) -> str:
+    """SHA-256 over the paths and bytes of the project's source files under `folders`."""
+    digest = hashlib.sha256()
+    for folder in folders:
+        for path in sorted((PROJECT_ROOT / folder).rglob("*")):
+            if path.suffix in suffixes and not {"tests", "__pycache__"} & set(path.parts):
+                digest.update(str(path.relative_to(PROJECT_ROOT)).encode())
+                digest.update(path.read_bytes())
+    return digest.hexdigest()
 
 
 def list_pipelines() -> list[str]:

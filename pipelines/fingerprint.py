@@ -14,7 +14,7 @@ import hashlib
 import json
 from typing import Any
 
-from pipelines.config import PROJECT_ROOT
+from pipelines.config import PROJECT_ROOT, source_digest
 from pipelines.registry import RunPaths
 from pipelines.spec import SchemaSource
 
@@ -24,16 +24,6 @@ _CODE_DIRS = ("pipelines", "components")
 
 def _sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
-
-
-def _code_digest() -> str:
-    digest = hashlib.sha256()
-    for folder in _CODE_DIRS:
-        for path in sorted((PROJECT_ROOT / folder).rglob("*")):
-            if path.suffix in (".py", ".yaml") and "__pycache__" not in path.parts:
-                digest.update(str(path.relative_to(PROJECT_ROOT)).encode())
-                digest.update(path.read_bytes())
-    return digest.hexdigest()
 
 
 def compute(paths: RunPaths) -> dict[str, Any]:
@@ -50,7 +40,7 @@ def compute(paths: RunPaths) -> dict[str, Any]:
     ]
     return {
         "spec": _sha(json.dumps(spec.to_yaml_dict(), sort_keys=True).encode()),
-        "code": _code_digest(),
+        "code": source_digest(_CODE_DIRS, (".py", ".yaml")),
         "lock": _sha(lock.read_bytes()) if lock.exists() else "",
         "schema": schema,
         "inputs": inputs,

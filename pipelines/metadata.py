@@ -78,7 +78,8 @@ def _custom(artifact_or_execution, key: str):
     if key not in artifact_or_execution.custom_properties:
         return None
     value = artifact_or_execution.custom_properties[key]
-    return value.WhichOneof("value") and getattr(value, value.WhichOneof("value"))
+    kind = value.WhichOneof("value")  # int_value, string_value, ...
+    return getattr(value, kind) if kind else None
 
 
 def run_record(store: metadata_store.MetadataStore, context) -> RunRecord:

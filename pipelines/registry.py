@@ -9,7 +9,6 @@ import (the command line lists and validates without TensorFlow).
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -79,16 +78,11 @@ class ComponentBuilder:
 
 
 def code_version() -> str:
-    """Digest of Conveyor's component code: a code change invalidates the Trainer's cache."""
-    digest = hashlib.sha256()
-    root = Path(__file__).resolve().parent.parent
-    for package in CODE_PACKAGES:
-        for path in sorted((root / package).rglob("*.py")):
-            if "tests" in path.parts:
-                continue
-            digest.update(str(path.relative_to(root)).encode())
-            digest.update(path.read_bytes())
-    return digest.hexdigest()[:16]
+    """Digest of Conveyor's component code: a code change invalidates the cached outputs of
+    the nodes that record it (the Trainer, the Arrow reader)."""
+    from pipelines.config import source_digest
+
+    return source_digest(CODE_PACKAGES, (".py",))[:16]
 
 
 def use_arrow_reader(spec: PipelineSpec, input_dir: Path) -> bool:
