@@ -10,8 +10,10 @@ This module imports no TensorFlow or TFX: the command line validates specs in we
 
 from __future__ import annotations
 
+import datetime
 import enum
 import itertools
+import re
 from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -77,6 +79,59 @@ class DataSpec(StrictModel):
         "counted (Arrow reader only).",
     )
     prepare: PrepareSpec | None = None
+    span_pattern: str | None = Field(
+        default=None,
+        description="Files of one span, relative to input_dir, dated with {YYYY}{MM}{DD} "
+        "(e.g. '{YYYY}-{MM}-{DD}/*.csv') or numbered with {SPAN}. Unset: every file is one span.",
+    )
+    window_spans: int = Field(
+        default=1,
+        ge=1,
+        description="The trainer learns from the last N spans (resolved through ML Metadata); "
+        "statistics, the data gate and the evaluation look at this night's span only.",
+    )
+    drift: dict[Identifier, Annotated[float, Field(gt=0)]] = Field(
+        default_factory=dict,
+        description="Column -> largest distance from the last span that passed the data gate: "
+        "L-infinity for string columns, Jensen-Shannon divergence for numeric ones (TFDV's).",
+    )
+    skew: dict[Identifier, Annotated[float, Field(gt=0)]] = Field(
+        default_factory=dict,
+        description="Column -> largest training/serving distance, against serving_data_dir.",
+    )
+    serving_data_dir: str | None = Field(
+        default=None,
+        description="CSV files of requests logged by serving (no label), relative to workdir; "
+        "needed by `skew`.",
+    )
+
+    @model_validator(mode="after")
+    def _span_pattern_form(self) -> DataSpec:
+        pattern = self.span_pattern
+        if pattern is None:
+            if self.window_spans > 1:
+                raise ValueError("data.window_spans above 1 needs data.span_pattern")
+            return self
+        dated = [part in pattern for part in ("{YYYY}", "{MM}", "{DD}")]
+        if "{SPAN}" in pattern and any(dated):
+            raise ValueError(f"data.span_pattern {pattern!r} mixes {{SPAN}} with a date")
+        if "{SPAN}" not in pattern and not all(dated):
+            raise ValueError(
+                f"data.span_pattern {pattern!r} needs {{SPAN}} or all of {{YYYY}}, {{MM}}, {{DD}}"
+            )
+        if pattern.startswith("/") or ".." in pattern.split("/"):
+            raise ValueError(f"data.span_pattern {pattern!r} must stay inside data.input_dir")
+        return self
+
+    @property
+    def dated_spans(self) -> bool:
+        return self.span_pattern is not None and "{YYYY}" in self.span_pattern
+
+    @model_validator(mode="after")
+    def _skew_needs_serving_data(self) -> DataSpec:
+        if self.skew and not self.serving_data_dir:
+            raise ValueError("data.skew needs data.serving_data_dir (the requests serving logged)")
+        return self
 
     @model_validator(mode="after")
     def _skipping_needs_arrow(self) -> DataSpec:
@@ -244,6 +299,11 @@ class PushSpec(StrictModel):
         description="TF Serving model base path; relative paths are under workdir."
     )
     model_name: Identifier
+    keep_versions: int | None = Field(
+        default=None,
+        ge=1,
+        description="Retention: after a push, only the newest K versions stay (all when unset).",
+    )
 
 
 class MetadataKind(str, enum.Enum):
@@ -277,6 +337,38 @@ class RuntimeSpec(StrictModel):
     enable_cache: bool = True
     metadata: MetadataSpec = MetadataSpec()
     beam_args: tuple[str, ...] = ("--direct_running_mode=in_memory", "--direct_num_workers=1")
+    alert_webhook_env: str | None = Field(
+        default=None,
+        description="Name of the environment variable holding a URL that is POSTed a JSON "
+        "alert when a run is blocked or fails (nothing is sent when it is unset or empty).",
+    )
+
+
+_CRON_ALIASES = ("@hourly", "@daily", "@weekly", "@monthly", "@yearly")
+
+
+class ScheduleSpec(StrictModel):
+    """When the nightly run starts: read by `conveyor schedule` (crontab) and the orchestrators."""
+
+    cron: str = Field(default="0 2 * * *", description="Five cron fields, or @daily and kin.")
+    start_date: datetime.date | None = Field(
+        default=None, description="First night the orchestrators schedule."
+    )
+    catchup: bool = Field(default=False, description="Orchestrators run missed nights.")
+
+    @field_validator("cron")
+    @classmethod
+    def _cron_form(cls, value: str) -> str:
+        if value.strip() in _CRON_ALIASES:
+            return value.strip()
+        fields = value.split()
+        field_chars = re.compile(r"^[0-9*/,\-A-Za-z]+$")
+        if len(fields) != 5 or not all(field_chars.match(f) for f in fields):
+            raise ValueError(
+                f"cron {value!r} needs five fields (minute hour day month weekday) or one of "
+                f"{', '.join(_CRON_ALIASES)}"
+            )
+        return " ".join(fields)
 
 
 # The reference chain; a spec's `components` may reorder, drop or repeat these types.
@@ -329,6 +421,7 @@ class PipelineSpec(StrictModel):
         default_factory=lambda: tuple(ComponentRef(type=t) for t in DEFAULT_COMPONENTS)
     )
     runtime: RuntimeSpec = RuntimeSpec()
+    schedule: ScheduleSpec = ScheduleSpec()
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
@@ -361,6 +454,18 @@ class PipelineSpec(StrictModel):
                 raise ValueError(
                     f"evaluation.slices names {unknown}, which are not trainer features "
                     f"({sorted(known)})"
+                )
+        return self
+
+    @model_validator(mode="after")
+    def _gated_columns_are_known(self) -> PipelineSpec:
+        known = {f.name for f in self.trainer.features} | {self.trainer.label}
+        for section in ("drift", "skew"):
+            unknown = sorted(set(getattr(self.data, section)) - known)
+            if unknown:
+                raise ValueError(
+                    f"data.{section} names {unknown}, which are neither trainer features nor "
+                    f"the label ({sorted(known)})"
                 )
         return self
 
