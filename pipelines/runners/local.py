@@ -35,6 +35,13 @@ class RunResult:
     pushed_path: str | None = None
     nodes: list[NodeRecord] = field(default_factory=list)
     run_dir: str = ""
+    # The night this run processed (ISO date) and its span number; None for unspanned data.
+    night: str | None = None
+    span: int | None = None
+    # What the data gate found: {"passed": bool, "anomalies": [{"column", "split",
+    # "description"}], "drift": [{"column", "measure", "distance", "threshold", "breached",
+    # "against"}], "skew": [same keys]}; None when the gate did not run.
+    data_gate: dict | None = None
 
     @property
     def ok(self) -> bool:
