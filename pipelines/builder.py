@@ -5,6 +5,7 @@ Runners (local, and later Kubeflow and Airflow) call this and add only orchestra
 
 from __future__ import annotations
 
+import datetime
 from pathlib import Path
 
 from pipelines.registry import RunPaths, build_nodes
@@ -43,15 +44,28 @@ def metadata_connection_config(spec: PipelineSpec, paths: RunPaths):
     )
 
 
-def build_pipeline(spec: PipelineSpec, workdir: Path):
-    """Builds the TFX pipeline for `spec` with every path under `workdir`."""
+def build_pipeline(
+    spec: PipelineSpec,
+    workdir: Path,
+    night: datetime.date | None = None,
+    span: int | None = None,
+):
+    """Builds the TFX pipeline for `spec` with every path under `workdir`.
+
+    For a spec with `data.span_pattern`, `night` (a dated span) or `span` pins the span that
+    ExampleGen ingests; with neither, ExampleGen takes the latest span it finds.
+    """
     from tfx import v1 as tfx
 
+    from pipelines import spans
+
+    if night is not None:
+        span = spans.span_of_date(night)
     paths = RunPaths(workdir=Path(workdir).resolve(), spec=spec)
     return tfx.dsl.Pipeline(
         pipeline_name=spec.name,
         pipeline_root=str(paths.pipeline_root),
-        components=build_nodes(spec, paths),
+        components=build_nodes(spec, paths, span=span),
         enable_cache=spec.runtime.enable_cache,
         metadata_connection_config=metadata_connection_config(spec, paths),
         beam_pipeline_args=list(spec.runtime.beam_args),

@@ -29,8 +29,9 @@ def packaged_file(package: str, relative_path: str) -> Path:
     return path
 
 
-def prepare(spec: PipelineSpec, input_dir: Path) -> Path:
-    """Writes `data.prepare` of the spec into `input_dir`; returns the CSV written."""
+def prepare(spec: PipelineSpec, input_dir: Path, target: Path | None = None) -> Path:
+    """Writes `data.prepare` of the spec to `target` (default: `input_dir/<filename>`);
+    returns the CSV written."""
     import pandas as pd
 
     recipe = spec.data.prepare
@@ -57,8 +58,8 @@ def prepare(spec: PipelineSpec, input_dir: Path) -> Path:
                 f"(columns: {', '.join(frame.columns)})."
             )
         frame = frame[list(recipe.columns)]
-    input_dir.mkdir(parents=True, exist_ok=True)
-    target = input_dir / recipe.filename
+    target = target or input_dir / recipe.filename
+    target.parent.mkdir(parents=True, exist_ok=True)
     partial = target.with_suffix(".partial")
     frame.to_csv(partial, index=False)
     if target.exists() and filecmp.cmp(partial, target, shallow=False):

@@ -12,13 +12,18 @@ from __future__ import annotations
 
 import hashlib
 import json
+from pathlib import Path
 from typing import Any
 
 from pipelines.config import PROJECT_ROOT, source_digest
 from pipelines.registry import RunPaths
+from pipelines.spans import span_files
 from pipelines.spec import SchemaSource
 
 LATEST_FILE = "latest_success.json"
+NIGHTS_DIR = "nights"  # one record per span: `<runs_dir>/nights/span-<n>.json`
+# Outcomes a re-run with nothing changed would repeat exactly (a failure is always retried).
+FINAL_OUTCOMES = ("pushed", "not_pushed", "blocked")
 _CODE_DIRS = ("pipelines", "components")
 
 
@@ -26,7 +31,20 @@ def _sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def compute(paths: RunPaths) -> dict[str, Any]:
+def record_path(paths: RunPaths, span: int | None) -> Path:
+    if span is None:
+        return paths.runs_dir / LATEST_FILE
+    return paths.runs_dir / NIGHTS_DIR / f"span-{span}.json"
+
+
+def input_files(paths: RunPaths, span: int | None) -> list[Path]:
+    """The files a run ingests: the span's, or every file directly in the input directory."""
+    if span is not None:
+        return span_files(paths.spec, paths.input_dir, span)
+    return sorted(p for p in paths.input_dir.glob("*") if p.is_file())
+
+
+def compute(paths: RunPaths, span: int | None = None) -> dict[str, Any]:
     """Everything that decides a run's outputs, as comparable strings."""
     spec = paths.spec
     lock = PROJECT_ROOT / "requirements.lock"
@@ -34,11 +52,11 @@ def compute(paths: RunPaths) -> dict[str, Any]:
     if spec.schema_.source is SchemaSource.FILE:
         schema = _sha((PROJECT_ROOT / str(spec.schema_.path)).read_bytes())
     inputs = [
-        [p.name, p.stat().st_size, p.stat().st_mtime_ns]
-        for p in sorted(paths.input_dir.glob("*"))
-        if p.is_file()
+        [str(p.relative_to(paths.input_dir)), p.stat().st_size, p.stat().st_mtime_ns]
+        for p in input_files(paths, span)
     ]
     return {
+        "span": span,
         "spec": _sha(json.dumps(spec.to_yaml_dict(), sort_keys=True).encode()),
         "code": source_digest(_CODE_DIRS, (".py", ".yaml")),
         "lock": _sha(lock.read_bytes()) if lock.exists() else "",
@@ -53,8 +71,12 @@ def served_versions(paths: RunPaths) -> list[str]:
     return sorted((p.name for p in paths.serving_dir.iterdir() if p.name.isdigit()), key=int)
 
 
-def record_success(paths: RunPaths, run_id: str, outcome: str, fingerprint: dict) -> None:
-    paths.runs_dir.mkdir(parents=True, exist_ok=True)
+def record_outcome(
+    paths: RunPaths, run_id: str, outcome: str, fingerprint: dict, span: int | None = None
+) -> None:
+    """Records a run whose outcome a re-run of the same inputs would repeat."""
+    target = record_path(paths, span)
+    target.parent.mkdir(parents=True, exist_ok=True)
     record = {
         "run_id": run_id,
         "outcome": outcome,
@@ -62,24 +84,28 @@ def record_success(paths: RunPaths, run_id: str, outcome: str, fingerprint: dict
         "served_versions": served_versions(paths),
         "metadata": str(paths.metadata_path),
     }
-    partial = paths.runs_dir / (LATEST_FILE + ".partial")
+    partial = target.with_name(target.name + ".partial")
     partial.write_text(json.dumps(record, indent=2))
-    partial.replace(paths.runs_dir / LATEST_FILE)
+    partial.replace(target)
 
 
-def unchanged_since(paths: RunPaths) -> dict | None:
-    """The last successful run's record if running again would change nothing, else None."""
-    latest = paths.runs_dir / LATEST_FILE
+def unchanged_since(paths: RunPaths, span: int | None = None) -> dict | None:
+    """The last final run's record (of this span) if running again would change nothing."""
+    latest = record_path(paths, span)
     if not latest.exists():
         return None
     try:
         record = json.loads(latest.read_text())
     except ValueError:
         return None
-    if record.get("served_versions") != served_versions(paths):
-        return None  # someone added or removed a served version: let the pipeline look again
+    if span is None and record.get("served_versions") != served_versions(paths):
+        # Someone added or removed a served version: let the pipeline look again. (A night's
+        # record is kept when later nights push: that night stays done.)
+        return None
     if paths.spec.runtime.metadata.kind.value == "sqlite" and not paths.metadata_path.exists():
         return None
-    if record.get("fingerprint") != compute(paths):
+    if record.get("outcome") not in FINAL_OUTCOMES:
+        return None
+    if record.get("fingerprint") != compute(paths, span):
         return None
     return record

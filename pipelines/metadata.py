@@ -7,6 +7,7 @@ properties Conveyor's Pusher sets (`pushed`, `pushed_version`, `conveyor_reason`
 
 from __future__ import annotations
 
+import datetime
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,6 +20,8 @@ from pipelines.spec import MetadataKind, PipelineSpec
 RUN_CONTEXT_TYPE = "pipeline_run"
 NODE_CONTEXT_TYPE = "node"
 PUSHED_MODEL_TYPE = "PushedModel"
+EXAMPLES_TYPE = "Examples"
+GATE_FINDINGS_TYPE = "ConveyorDataGateFindings"  # components.data_gate.component
 
 _STATE_NAMES = {
     metadata_store_pb2.Execution.NEW: "new",
@@ -72,6 +75,16 @@ class RunRecord:
     pushed_version: str | None = None
     push_reason: str | None = None
     nodes: list[NodeRecord] = field(default_factory=list)
+    span: int | None = None  # of the examples this run ingested (or found already ingested)
+    gate_findings_uri: str | None = None  # the data gate's findings, when it passed
+
+
+def _span(artifact) -> int | None:
+    """ExampleGen records an Examples artifact's span as a custom property."""
+    for properties in (artifact.custom_properties, artifact.properties):
+        if "span" in properties:
+            return properties["span"].int_value
+    return None
 
 
 def _custom(artifact_or_execution, key: str):
@@ -86,8 +99,9 @@ def run_record(store: metadata_store.MetadataStore, context) -> RunRecord:
     executions = store.get_executions_by_context(context.id)
     node_type_id = store.get_context_type(NODE_CONTEXT_TYPE).id
     nodes: list[NodeRecord] = []
-    pushed_version = push_reason = None
+    pushed_version = push_reason = span = gate_findings_uri = None
     failed = running = False
+    type_names = {t.id: t.name for t in store.get_artifact_types()}
     for execution in sorted(executions, key=lambda e: e.id):
         node_name = next(
             (
@@ -104,14 +118,21 @@ def run_record(store: metadata_store.MetadataStore, context) -> RunRecord:
         running |= state in ("new", "running")
         seconds = max(0, execution.last_update_time_since_epoch - execution.create_time_since_epoch)
         nodes.append(NodeRecord(node_id, state, seconds / 1000))
-        if state != "executed":
-            continue  # a cached Pusher's output records an earlier run's push
+        if state not in ("executed", "cached"):
+            continue
         output_ids = [
             e.artifact_id
             for e in store.get_events_by_execution_ids([execution.id])
             if e.type == metadata_store_pb2.Event.OUTPUT
         ]
         for artifact in store.get_artifacts_by_id(output_ids):
+            type_name = type_names.get(artifact.type_id)
+            if type_name == EXAMPLES_TYPE and _span(artifact) is not None:
+                span = _span(artifact)
+            elif type_name == GATE_FINDINGS_TYPE:
+                gate_findings_uri = artifact.uri
+            if state != "executed":
+                continue  # a cached Pusher's output records an earlier run's push
             if "pushed" in artifact.custom_properties:
                 if _custom(artifact, "pushed"):
                     pushed_version = _custom(artifact, "pushed_version")
@@ -124,6 +145,8 @@ def run_record(store: metadata_store.MetadataStore, context) -> RunRecord:
         pushed_version=pushed_version,
         push_reason=push_reason,
         nodes=nodes,
+        span=span,
+        gate_findings_uri=gate_findings_uri,
     )
 
 
@@ -143,3 +166,132 @@ def list_runs(
 def find_run(store: metadata_store.MetadataStore, run_id: str) -> RunRecord | None:
     context = store.get_context_by_type_and_name(RUN_CONTEXT_TYPE, run_id)
     return run_record(store, context) if context else None
+
+
+@dataclass
+class PushLineage:
+    """What produced one pushed version, read back from ML Metadata's events."""
+
+    version: str
+    run_id: str
+    pushed_at_ms: int
+    model_uri: str
+    spans: list[int]
+    examples_uris: list[str]
+    schema_uri: str | None
+    schema_sha256: str | None
+    code_version: str | None
+    trainer_run_id: str
+
+    def describe(self) -> str:
+        pushed = datetime.datetime.fromtimestamp(
+            self.pushed_at_ms / 1000, tz=datetime.timezone.utc
+        ).strftime("%Y-%m-%d %H:%M:%S")
+        spans = ", ".join(_span_label(s) for s in self.spans) or "-"
+        return "\n".join(
+            [
+                f"version {self.version}: pushed by run {self.run_id} at {pushed} UTC",
+                f"  model     {self.model_uri} (trained in run {self.trainer_run_id})",
+                f"  spans     {spans}",
+                *[f"  examples  {uri}" for uri in self.examples_uris],
+                f"  schema    {self.schema_uri} (sha256 {(self.schema_sha256 or '-')[:16]})",
+                f"  code      {self.code_version or '-'}",
+            ]
+        )
+
+
+def _span_label(span: int) -> str:
+    # Dated spans count days since 1970-01-01 (TFX's rule); a small number is a {SPAN}.
+    if span > 3650:
+        night = datetime.date(1970, 1, 1) + datetime.timedelta(days=span)
+        return f"{span} ({night.isoformat()})"
+    return str(span)
+
+
+def _linked(store, execution_id: int, event_type) -> list:
+    ids = [
+        e.artifact_id
+        for e in store.get_events_by_execution_ids([execution_id])
+        if e.type == event_type
+    ]
+    return store.get_artifacts_by_id(ids) if ids else []
+
+
+def _producer(store, artifact_id: int):
+    ids = [
+        e.execution_id
+        for e in store.get_events_by_artifact_ids([artifact_id])
+        if e.type == metadata_store_pb2.Event.OUTPUT
+    ]
+    return store.get_executions_by_id(ids)[0] if ids else None
+
+
+def _run_of(store, execution_id: int) -> str:
+    run_type = store.get_context_type(RUN_CONTEXT_TYPE).id
+    return next(
+        (c.name for c in store.get_contexts_by_execution(execution_id) if c.type_id == run_type),
+        "",
+    )
+
+
+def _file_sha256(directory: str) -> str | None:
+    import hashlib
+
+    path = Path(directory) / "schema.pbtxt"
+    return hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else None
+
+
+def pushed_lineage(store: metadata_store.MetadataStore, pipeline_name: str) -> list[PushLineage]:
+    """Every version the pipeline pushed, oldest first, with the spans (Examples artifacts),
+    schema and code version of the Trainer execution that produced the pushed model."""
+    import json
+
+    pipeline = store.get_context_by_type_and_name("pipeline", pipeline_name)
+    if pipeline is None:
+        return []
+    type_names = {t.id: t.name for t in store.get_artifact_types()}
+    pushes = [
+        a
+        for a in store.get_artifacts_by_context(pipeline.id)
+        if type_names.get(a.type_id) == PUSHED_MODEL_TYPE and _custom(a, "pushed")
+    ]
+    lineage = []
+    for push in sorted(pushes, key=lambda a: a.id):
+        pusher = _producer(store, push.id)
+        if pusher is None:
+            continue
+        model = next(
+            (
+                a
+                for a in _linked(store, pusher.id, metadata_store_pb2.Event.INPUT)
+                if type_names.get(a.type_id) == "Model"
+            ),
+            None,
+        )
+        trainer = _producer(store, model.id) if model is not None else None
+        inputs = _linked(store, trainer.id, metadata_store_pb2.Event.INPUT) if trainer else []
+        examples = sorted(
+            (a for a in inputs if type_names.get(a.type_id) == EXAMPLES_TYPE),
+            key=lambda a: _span(a) or 0,
+        )
+        schema = next((a for a in inputs if type_names.get(a.type_id) == "Schema"), None)
+        code_version = None
+        if trainer is not None:
+            raw = _custom(trainer, "custom_config")
+            if raw:
+                code_version = json.loads(raw).get("code_version")
+        lineage.append(
+            PushLineage(
+                version=str(_custom(push, "pushed_version")),
+                run_id=_run_of(store, pusher.id),
+                pushed_at_ms=push.create_time_since_epoch,
+                model_uri=model.uri if model is not None else "",
+                spans=[s for s in (_span(a) for a in examples) if s is not None],
+                examples_uris=[a.uri for a in examples],
+                schema_uri=schema.uri if schema is not None else None,
+                schema_sha256=_file_sha256(schema.uri) if schema is not None else None,
+                code_version=code_version,
+                trainer_run_id=_run_of(store, trainer.id) if trainer else "",
+            )
+        )
+    return lineage

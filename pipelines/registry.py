@@ -57,6 +57,8 @@ class RunPaths:
 class BuildContext:
     spec: PipelineSpec
     paths: RunPaths
+    # The span this run ingests (None: the spec has no spans, or ExampleGen takes the latest).
+    span: int | None = None
     channels: dict[str, Any] = field(default_factory=dict)
     nodes: list[Any] = field(default_factory=list)
     gates: list[Any] = field(default_factory=list)
@@ -107,6 +109,19 @@ def _example_gen(ctx: BuildContext, node_id: str) -> None:
     if ctx.spec.data.split_key:  # even an empty name would count as set in the proto
         split_config.partition_feature_name = ctx.spec.data.split_key
     output_config = tfx.proto.Output(split_config=split_config)
+    spanned: dict[str, Any] = {}
+    if ctx.spec.data.span_pattern:
+        # One input split read from the span's files; ExampleGen's driver substitutes the span
+        # and records it (and the files' fingerprint) on the Examples artifact.
+        spanned["input_config"] = tfx.proto.Input(
+            splits=[tfx.proto.Input.Split(name="single_split", pattern=ctx.spec.data.span_pattern)]
+        )
+        if ctx.span is not None:
+            spanned["range_config"] = tfx.proto.RangeConfig(
+                static_range=tfx.proto.StaticRange(
+                    start_span_number=ctx.span, end_span_number=ctx.span
+                )
+            )
     if use_arrow_reader(ctx.spec, ctx.paths.input_dir):
         from components.arrow_example_gen.component import ArrowCsvExampleGen
 
@@ -115,10 +130,11 @@ def _example_gen(ctx: BuildContext, node_id: str) -> None:
             output_config=output_config,
             bad_rows=ctx.spec.data.bad_rows.value,
             code_version=code_version(),
+            **spanned,
         )
     else:
         node = tfx.components.CsvExampleGen(
-            input_base=str(ctx.paths.input_dir), output_config=output_config
+            input_base=str(ctx.paths.input_dir), output_config=output_config, **spanned
         )
     node = node.with_id(node_id)
     ctx.nodes.append(node)
@@ -162,13 +178,91 @@ def _example_validator(ctx: BuildContext, node_id: str) -> None:
 
 
 def _data_gate(ctx: BuildContext, node_id: str) -> None:
-    from components.data_gate.component import DataGate
+    import json
 
+    from components.data_gate.component import DataGate
+    from pipelines import spans
+
+    data = ctx.spec.data
+    serving_dir = str(ctx.paths.workdir / data.serving_data_dir) if data.serving_data_dir else None
     node = DataGate(
-        anomalies=ctx.need("anomalies", node_id), input_base=str(ctx.paths.input_dir)
+        anomalies=ctx.need("anomalies", node_id),
+        statistics=ctx.need("statistics", node_id),
+        schema=ctx.need("schema", node_id),
+        examples=ctx.need("examples", node_id),
+        previous_statistics=ctx.need("previous_statistics", node_id) if data.drift else None,
+        previous_examples=ctx.need("previous_examples", node_id) if data.drift else None,
+        input_base=str(ctx.paths.input_dir),
+        data_description=spans.describe(ctx.spec, ctx.span),
+        thresholds=json.dumps(
+            {"drift": data.drift, "skew": data.skew, "serving_data_dir": serving_dir},
+            sort_keys=True,
+        ),
     ).with_id(node_id)
     ctx.nodes.append(node)
     ctx.gates.append(node)
+
+
+def _span_resolver(
+    ctx: BuildContext,
+    node_id: str,
+    strategy_class: type,
+    role: str,
+    provides: str,
+    config: dict[str, Any] | None = None,
+    extra_channels: dict[str, Any] | None = None,
+):
+    """A Resolver over every artifact of `role`'s type in the pipeline, anchored to this run's."""
+    from tfx import v1 as tfx
+
+    from components.spans.strategy import CANDIDATES_KEY
+
+    anchor = ctx.need(role, node_id)
+    node = tfx.dsl.Resolver(
+        strategy_class=strategy_class,
+        config=config or {},
+        **{role: anchor, CANDIDATES_KEY: tfx.dsl.Channel(type=anchor.type)},
+        **(extra_channels or {}),
+    ).with_id(node_id)
+    ctx.nodes.append(node)
+    ctx.channels[provides] = node.outputs[role]
+    return node
+
+
+def _span_window_resolver(ctx: BuildContext, node_id: str) -> None:
+    """This span and the accepted ones before it, `data.window_spans` in all: what the Trainer
+    learns from."""
+    from components.spans import strategy
+
+    _span_resolver(
+        ctx,
+        node_id,
+        strategy.TrainingWindowStrategy,
+        strategy.EXAMPLES_KEY,
+        "training_examples",
+        config={"num_spans": ctx.spec.data.window_spans},
+    )
+
+
+def _drift_baseline_resolver(ctx: BuildContext, node_id: str) -> None:
+    """The statistics of the last span that passed the data gate: what drift is measured from."""
+    from components.spans import strategy
+
+    from tfx import v1 as tfx
+
+    node = _span_resolver(
+        ctx,
+        node_id,
+        strategy.AcceptedPreviousStatisticsStrategy,
+        strategy.STATISTICS_KEY,
+        "previous_statistics",
+        extra_channels={
+            strategy.SOURCE_EXAMPLES_KEY: tfx.dsl.Channel(
+                type=tfx.types.standard_artifacts.Examples
+            )
+        },
+    )
+    ctx.channels["previous_examples"] = node.outputs[strategy.SOURCE_EXAMPLES_KEY]
 
 
 def _trainer(ctx: BuildContext, node_id: str) -> None:
@@ -177,8 +271,9 @@ def _trainer(ctx: BuildContext, node_id: str) -> None:
     from components.trainer.component import Trainer
 
     trainer = ctx.spec.trainer
+    examples_role = "training_examples" if "training_examples" in ctx.channels else "examples"
     node = Trainer(
-        examples=ctx.need("examples", node_id),
+        examples=ctx.need(examples_role, node_id),
         schema=ctx.need("schema", node_id),
         statistics=ctx.need("statistics", node_id),
         run_fn=TRAINER_RUN_FN,
@@ -328,6 +423,7 @@ def _pusher(ctx: BuildContext, node_id: str) -> None:
         custom_config={
             "serving_base_dir": base,
             "first_run_policy": ctx.spec.evaluation.first_run.value,
+            "keep_versions": ctx.spec.push.keep_versions or 0,
         },
     ).with_id(node_id)
     ctx.nodes.append(node)
@@ -339,7 +435,9 @@ BUILDERS: dict[str, ComponentBuilder] = {
     "statistics_gen": ComponentBuilder(_statistics_gen, ("statistics",)),
     "schema_gen": ComponentBuilder(_schema_gen, ("schema",)),
     "example_validator": ComponentBuilder(_example_validator, ("anomalies",)),
+    "drift_baseline_resolver": ComponentBuilder(_drift_baseline_resolver, ("previous_statistics",)),
     "data_gate": ComponentBuilder(_data_gate, ()),
+    "span_window_resolver": ComponentBuilder(_span_window_resolver, ("training_examples",)),
     "warm_start_resolver": ComponentBuilder(_warm_start_resolver, ("warm_start_model",)),
     "trainer": ComponentBuilder(_trainer, ("model",)),
     "baseline_resolver": ComponentBuilder(_baseline_resolver, ("baseline_model",)),
@@ -350,9 +448,10 @@ BUILDERS: dict[str, ComponentBuilder] = {
 KNOWN_TYPES = tuple(BUILDERS)
 
 
-def build_nodes(spec: PipelineSpec, paths: RunPaths) -> list[Any]:
-    """The TFX nodes of the spec's `components`, in order, wired by role."""
-    ctx = BuildContext(spec=spec, paths=paths)
+def build_nodes(spec: PipelineSpec, paths: RunPaths, span: int | None = None) -> list[Any]:
+    """The TFX nodes of the spec's `components`, in order, wired by role; `span` pins the span
+    ExampleGen ingests (None: all files, or the latest span)."""
+    ctx = BuildContext(spec=spec, paths=paths, span=span)
     for component in spec.components:
         BUILDERS[component.type].build(ctx, component.id)
     return ctx.nodes

@@ -1,41 +1,88 @@
-"""The data gate: stops a run before training when ExampleValidator found anomalies.
+"""The data gate: stops a run before training when the night's data is not fit to train on.
 
-TFX's ExampleValidator records anomalies but lets the pipeline go on to train on bad data. This
-component fails instead, so nothing downstream (Trainer, Evaluator, Pusher) runs and the model in
-serving stays as it was. Its error lists every anomalous column of every split in one paragraph.
+TFX's ExampleValidator records anomalies but lets the pipeline go on to train on bad data, and
+it never looks at drift (it has no previous span) or at serving skew. This component fails
+instead, so nothing downstream (Trainer, Evaluator, Pusher) runs and the model in serving stays
+as it was, when:
+- ExampleValidator found schema anomalies (a column missing, a wrong type...);
+- a column drifted from the last span that passed this gate by more than its threshold in
+  `data.drift`;
+- a column of the training data is further than its `data.skew` threshold from the requests
+  serving logged (`data.serving_data_dir`).
+Distances are TFDV's own (`tfdv.validate_statistics` with drift and skew comparators): L-infinity
+for string columns, approximate Jensen-Shannon divergence for numeric ones. Its error lists every
+problem in one paragraph; its findings (every distance measured, breached or not) are written as
+an output artifact for the run report.
 """
 
+import json
 import os
+from typing import Any
 
-from tensorflow_metadata.proto.v0 import anomalies_pb2
+from tensorflow_metadata.proto.v0 import anomalies_pb2, schema_pb2, statistics_pb2
 from tfx import v1 as tfx
-from tfx.dsl.component.experimental.annotations import InputArtifact, Parameter
-from tfx.types import artifact_utils
+from tfx.dsl.component.experimental.annotations import InputArtifact, OutputArtifact, Parameter
+from tfx.types import artifact, artifact_utils
 
 ANOMALIES_FILE = "SchemaDiff.pb"  # as tfx.components.example_validator.executor writes it
+STATS_FILE = "FeatureStats.pb"  # as tfx.components.statistics_gen.executor writes it
+FINDINGS_FILE = "findings.json"
+GATED_SPLIT = "train"  # drift and skew are measured on what the trainer would learn from
+_MEASURES = {
+    anomalies_pb2.DriftSkewInfo.Measurement.L_INFTY: "L-infinity",
+    anomalies_pb2.DriftSkewInfo.Measurement.JENSEN_SHANNON_DIVERGENCE: "Jensen-Shannon",
+}
+
+
+class DataGateFindings(artifact.Artifact):
+    """What the data gate measured: `findings.json` (anomalies, drift and skew distances)."""
+
+    TYPE_NAME = "ConveyorDataGateFindings"
 
 
 class DataGateError(RuntimeError):
-    """The data broke the schema; the message names each column and what is wrong."""
+    """The data is not fit to train on; the message names each column and what is wrong.
+
+    `findings` holds the same as the gate's output artifact would have (the run report reads it,
+    since a failed execution publishes no artifact)."""
+
+    def __init__(self, message: str, findings: dict[str, Any] | None = None):
+        super().__init__(message)
+        self.findings = findings or {}
 
 
 def describe_anomalies(anomalies_by_split: dict[str, anomalies_pb2.Anomalies]) -> list[str]:
-    """One 'split/column: what is wrong' string per anomaly, columns sorted."""
-    problems = []
+    """One 'column (split): what is wrong' string per anomaly, columns sorted."""
+    return [
+        f"{a['column']} ({a['split']} split): {a['description']}"
+        for a in anomaly_rows(anomalies_by_split)
+    ]
+
+
+def anomaly_rows(anomalies_by_split: dict[str, anomalies_pb2.Anomalies]) -> list[dict[str, str]]:
+    rows = []
     for split, anomalies in sorted(anomalies_by_split.items()):
         for column, info in sorted(anomalies.anomaly_info.items()):
             detail = "; ".join(r.description for r in info.reason) or info.description
-            problems.append(f"{column} ({split} split): {info.short_description}: {detail}")
+            rows.append(
+                {
+                    "column": column,
+                    "split": split,
+                    "description": f"{info.short_description}: {detail}",
+                }
+            )
         if anomalies.HasField("dataset_anomaly_info"):
             info = anomalies.dataset_anomaly_info
-            problems.append(f"dataset ({split} split): {info.description}")
-    return problems
+            rows.append({"column": "dataset", "split": split, "description": info.description})
+    return rows
 
 
-def read_anomalies(artifact) -> dict[str, anomalies_pb2.Anomalies]:
+def read_anomalies(anomalies_artifact) -> dict[str, anomalies_pb2.Anomalies]:
     result = {}
-    for split in artifact_utils.decode_split_names(artifact.split_names):
-        path = os.path.join(artifact_utils.get_split_uri([artifact], split), ANOMALIES_FILE)
+    for split in artifact_utils.decode_split_names(anomalies_artifact.split_names):
+        path = os.path.join(
+            artifact_utils.get_split_uri([anomalies_artifact], split), ANOMALIES_FILE
+        )
         anomalies = anomalies_pb2.Anomalies()
         with open(path, "rb") as handle:
             anomalies.ParseFromString(handle.read())
@@ -43,16 +90,181 @@ def read_anomalies(artifact) -> dict[str, anomalies_pb2.Anomalies]:
     return result
 
 
+def read_statistics(statistics_artifact, split: str = GATED_SPLIT):
+    path = os.path.join(artifact_utils.get_split_uri([statistics_artifact], split), STATS_FILE)
+    stats = statistics_pb2.DatasetFeatureStatisticsList()
+    with open(path, "rb") as handle:
+        stats.ParseFromString(handle.read())
+    return stats
+
+
+def _with_comparators(
+    schema: schema_pb2.Schema, drift: dict[str, float], skew: dict[str, float]
+) -> schema_pb2.Schema:
+    """A copy of the schema with TFDV comparators: L-infinity for strings, JS otherwise."""
+    compared = schema_pb2.Schema()
+    compared.CopyFrom(schema)
+    for feature in compared.feature:
+        for thresholds, comparator in (
+            (drift, feature.drift_comparator),
+            (skew, feature.skew_comparator),
+        ):
+            if feature.name not in thresholds:
+                continue
+            if feature.type == schema_pb2.BYTES:
+                comparator.infinity_norm.threshold = thresholds[feature.name]
+            else:
+                comparator.jensen_shannon_divergence.threshold = thresholds[feature.name]
+    return compared
+
+
+def measure(
+    schema: schema_pb2.Schema,
+    current: statistics_pb2.DatasetFeatureStatisticsList,
+    previous: statistics_pb2.DatasetFeatureStatisticsList | None,
+    serving: statistics_pb2.DatasetFeatureStatisticsList | None,
+    drift: dict[str, float],
+    skew: dict[str, float],
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(drift rows, skew rows) as TFDV measures them: one row per compared column."""
+    import tensorflow_data_validation as tfdv
+
+    drift = drift if previous is not None else {}
+    skew = skew if serving is not None else {}
+    if not drift and not skew:
+        return [], []
+    result = tfdv.validate_statistics(
+        current,
+        _with_comparators(schema, drift, skew),
+        previous_statistics=previous if drift else None,
+        serving_statistics=serving if skew else None,
+    )
+    rows: dict[str, list[dict[str, Any]]] = {"drift": [], "skew": []}
+    for info in result.drift_skew_info:
+        column = ".".join(info.path.step)
+        for kind, measurements in (
+            ("drift", info.drift_measurements),
+            ("skew", info.skew_measurements),
+        ):
+            for m in measurements:
+                rows[kind].append(
+                    {
+                        "column": column,
+                        "measure": _MEASURES.get(m.type, str(m.type)),
+                        "distance": round(float(m.value), 6),
+                        "threshold": float(m.threshold),
+                        "breached": float(m.value) > float(m.threshold),
+                    }
+                )
+    for kind, wanted in (("drift", drift), ("skew", skew)):
+        measured = {r["column"] for r in rows[kind]}
+        for column in sorted(set(wanted) - measured):  # e.g. the column is missing tonight
+            rows[kind].append(
+                {
+                    "column": column,
+                    "measure": "not measured (no statistics for the column)",
+                    "distance": None,
+                    "threshold": wanted[column],
+                    "breached": False,
+                }
+            )
+        rows[kind].sort(key=lambda r: r["column"])
+    return rows["drift"], rows["skew"]
+
+
+def serving_statistics(serving_data_dir: str):
+    """TFDV statistics of the logged serving requests, or None when there are none."""
+    import glob
+
+    import tensorflow_data_validation as tfdv
+
+    files = sorted(glob.glob(os.path.join(serving_data_dir, "*.csv")))
+    if not files:
+        return None
+    return tfdv.generate_statistics_from_csv(data_location=os.path.join(serving_data_dir, "*.csv"))
+
+
+def _describe_span(examples) -> str:
+    """'span 20781 (2026-11-24)' for the Examples a previous span's statistics describe."""
+    import datetime
+
+    if examples is None or not examples.has_custom_property("span"):
+        return "the last accepted span"
+    span = examples.get_int_custom_property("span")
+    night = datetime.date(1970, 1, 1) + datetime.timedelta(days=span)
+    return f"span {span} ({night.isoformat()})" if span > 3650 else f"span {span}"
+
+
+def problems_of(findings: dict[str, Any]) -> list[str]:
+    problems = [
+        f"{a['column']} ({a['split']} split): {a['description']}" for a in findings["anomalies"]
+    ]
+    for kind, against in (("drift", findings.get("drift_against")), ("skew", "serving data")):
+        for row in findings[kind]:
+            if row["breached"]:
+                problems.append(
+                    f"{row['column']}: {kind} {row['measure']} {row['distance']:.4g} above its "
+                    f"threshold {row['threshold']:g} (against {against})"
+                )
+    return problems
+
+
 @tfx.dsl.components.component
 def DataGate(  # noqa: N802 - TFX names components like classes
     anomalies: InputArtifact[tfx.types.standard_artifacts.ExampleAnomalies],
+    statistics: InputArtifact[tfx.types.standard_artifacts.ExampleStatistics],
+    schema: InputArtifact[tfx.types.standard_artifacts.Schema],
+    examples: InputArtifact[tfx.types.standard_artifacts.Examples],
+    findings: OutputArtifact[DataGateFindings],
     input_base: Parameter[str],
+    data_description: Parameter[str],
+    thresholds: Parameter[str],
+    # Optional: a default of None is how TFX's function components declare an optional input.
+    previous_statistics: InputArtifact[tfx.types.standard_artifacts.ExampleStatistics] = None,
+    previous_examples: InputArtifact[tfx.types.standard_artifacts.Examples] = None,
 ) -> None:
-    """Raises DataGateError listing each anomalous column; passes when there are none."""
-    problems = describe_anomalies(read_anomalies(anomalies))
+    """Raises DataGateError listing each problem; passes (and records findings) when none.
+
+    `thresholds` is JSON: {"drift": {column: max}, "skew": {column: max},
+    "serving_data_dir": path or null}.
+    """
+    from tfx.utils import io_utils
+
+    del examples  # an input so that ML Metadata records which examples this gate accepted
+    limits = json.loads(thresholds)
+    schema_proto = io_utils.SchemaReader().read(
+        io_utils.get_only_uri_in_dir(artifact_utils.get_single_uri([schema]))
+    )
+    previous = read_statistics(previous_statistics) if previous_statistics is not None else None
+    serving_dir = limits.get("serving_data_dir")
+    serving = serving_statistics(serving_dir) if serving_dir and limits.get("skew") else None
+    drift_rows, skew_rows = measure(
+        schema_proto,
+        read_statistics(statistics),
+        previous,
+        serving,
+        limits.get("drift") or {},
+        limits.get("skew") or {},
+    )
+    result: dict[str, Any] = {
+        "anomalies": anomaly_rows(read_anomalies(anomalies)),
+        "drift": drift_rows,
+        "skew": skew_rows,
+        "drift_against": _describe_span(previous_examples) if previous is not None else None,
+        "notes": [],
+    }
+    if limits.get("drift") and previous is None:
+        result["notes"].append("drift not checked: no earlier span has passed this gate yet")
+    if limits.get("skew") and serving is None:
+        result["notes"].append(f"skew not checked: no serving data in {serving_dir}")
+    problems = problems_of(result)
+    result["passed"] = not problems
+    with open(os.path.join(findings.uri, FINDINGS_FILE), "w") as handle:
+        json.dump(result, handle, indent=2)
     if problems:
         raise DataGateError(
-            f"Data gate: the data in {input_base} does not match the schema, so the run stopped "
-            f"before training and nothing was pushed. {len(problems)} anomal"
-            f"{'y' if len(problems) == 1 else 'ies'}: " + " | ".join(problems)
+            f"Data gate: the data in {input_base} ({data_description}) is not fit to train on, "
+            f"so the run stopped before training and nothing was pushed. {len(problems)} "
+            f"problem{'' if len(problems) == 1 else 's'}: " + " | ".join(problems),
+            result,
         )

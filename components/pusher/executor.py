@@ -5,6 +5,7 @@ Differences from TFX's filesystem Pusher, each a problem users hit in production
 - the SavedModel is copied into a hidden sibling directory and renamed into place, so a model
   server polling the base path never sees a partly copied version;
 - a model whose files are identical to the version already served is not pushed again;
+- retention: with `push.keep_versions: K`, only the newest K versions stay after a push;
 - the first-run policy: with `require_manual_bless`, a model blessed without any baseline (the
   very first one) is not pushed automatically.
 Every outcome is recorded on the ModelPushPath artifact (`pushed`, `pushed_version`,
@@ -28,6 +29,7 @@ from tfx.utils import json_utils
 from components.baseline.strategy import PUSHED_MODEL_ID_PROPERTY
 
 REASON_PROPERTY = "conveyor_reason"
+RETIRED_PROPERTY = "conveyor_retired_versions"
 PUSH_RECORD = "conveyor_push.json"  # TF Serving ignores files it does not know
 BASELINE_MODEL_ID = "baseline_model_id"  # what TFX's Evaluator records on its blessing
 
@@ -75,6 +77,22 @@ def publish(model_dir: str, base_dir: str, record: dict) -> tuple[int, str]:
     # rename() within one filesystem is atomic: the version appears complete or not at all.
     os.rename(staging, target)
     return version, target
+
+
+def retire_old_versions(base_dir: str, keep: int) -> list[int]:
+    """Removes all but the newest `keep` versions (keep <= 0: none); returns those removed.
+
+    Each is first renamed to a hidden name (atomic: TF Serving stops seeing the version whole)
+    and then deleted.
+    """
+    if keep <= 0:
+        return []
+    retired = served_versions(base_dir)[:-keep]
+    for version in retired:
+        hidden = os.path.join(base_dir, f".retired-{version}-{os.getpid()}")
+        os.rename(os.path.join(base_dir, str(version)), hidden)
+        shutil.rmtree(hidden)
+    return retired
 
 
 class Executor(tfx_pusher_executor.Executor):
@@ -127,3 +145,10 @@ class Executor(tfx_pusher_executor.Executor):
         self._MarkPushed(model_push, pushed_destination=target, pushed_version=str(version))
         model_push.set_string_custom_property(REASON_PROPERTY, f"pushed version {version}")
         logging.info("Model pushed to %s.", target)
+        retired = retire_old_versions(base_dir, int(config.get("keep_versions") or 0))
+        if retired:
+            # push.keep_versions: the newest K stay servable; the record says what went.
+            model_push.set_string_custom_property(
+                RETIRED_PROPERTY, ",".join(str(v) for v in retired)
+            )
+            logging.info("Retired versions %s (push.keep_versions).", retired)

@@ -76,6 +76,27 @@ class FeatureSet:
             "label": self.label.__dict__ | {"dtype": self.label.dtype.value},
         }
 
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> FeatureSet:
+        """The inverse of to_dict (JSON round trips lists for tuples)."""
+        features = tuple(
+            FeatureInfo(
+                **{
+                    **f,
+                    "dtype": DType(f["dtype"]),
+                    "vocabulary": tuple(f.get("vocabulary", ())),
+                }
+            )
+            for f in data["features"]
+        )
+        label = data["label"]
+        return cls(
+            features,
+            LabelInfo(
+                **{**label, "dtype": DType(label["dtype"]), "classes": tuple(label["classes"])}
+            ),
+        )
+
 
 def _feature_stats(
     stats: statistics_pb2.DatasetFeatureStatisticsList,

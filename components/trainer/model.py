@@ -251,10 +251,15 @@ class ServingModule(tf.Module):
 
 
 def _architecture(features: FeatureSet, trainer: Mapping[str, Any]) -> dict[str, Any]:
-    """What must match for weights to carry over: columns, encodings and network shape."""
+    """What must match for weights to carry over: columns, their kinds and the network shape.
+
+    Vocabularies and normalisation are not compared: a warm-started model adopts its base
+    model's (see read_warm_start), so tonight's statistics cannot make the weights meaningless.
+    """
     described = features.to_dict()
     for feature in described["features"]:
-        feature.pop("mean"), feature.pop("std")  # statistics may drift; shapes may not
+        for learned in ("mean", "std", "vocabulary"):
+            feature.pop(learned)
     return {
         "features": described,
         "hidden_units": list(trainer.get("hidden_units", ())),
@@ -267,7 +272,11 @@ def export(module: ServingModule, path: str, trainer: Mapping[str, Any]) -> None
     extra = os.path.join(path, WARM_START_DIR)
     tf.io.gfile.makedirs(extra)
     with tf.io.gfile.GFile(os.path.join(extra, ARCHITECTURE_FILE), "w") as handle:
-        handle.write(json.dumps(_architecture(module.features, trainer), indent=2, sort_keys=True))
+        record = {
+            **_architecture(module.features, trainer),
+            "feature_set": module.features.to_dict(),
+        }
+        handle.write(json.dumps(record, indent=2, sort_keys=True))
     buffer = io.BytesIO()  # np.savez seeks, which GFile (any filesystem) does not allow
     np.savez(buffer, *module.network.get_weights())
     with tf.io.gfile.GFile(os.path.join(extra, WEIGHTS_FILE), "wb") as handle:
@@ -276,8 +285,12 @@ def export(module: ServingModule, path: str, trainer: Mapping[str, Any]) -> None
 
 def read_warm_start(
     model_dir: str, features: FeatureSet, trainer: Mapping[str, Any]
-) -> list[np.ndarray]:
-    """The weights of an earlier model, if it has the same columns and network shape.
+) -> tuple[FeatureSet, list[np.ndarray]]:
+    """The encodings and weights of an earlier model, if its columns and network match.
+
+    The returned FeatureSet is the earlier model's (its vocabularies and normalisation): the
+    weights were learned on those encodings, so the warm-started model keeps them. A column's
+    vocabulary therefore grows only when a model is trained from scratch.
 
     Raises:
       TrainerConfigError: naming what differs, when the weights cannot carry over.
@@ -290,16 +303,24 @@ def read_warm_start(
         raise TrainerConfigError(
             f"warm start refused: {model_dir} was not exported by Conveyor's trainer"
         ) from None
+    if "feature_set" not in previous:
+        raise TrainerConfigError(
+            f"warm start refused: {model_dir} was exported by an older Conveyor that did not "
+            "record its encodings; train from scratch once (trainer.warm_start: false)"
+        )
+    base_features = FeatureSet.from_dict(previous.pop("feature_set"))
     current = json.loads(json.dumps(_architecture(features, trainer), sort_keys=True))
-    if previous != current:
-        differences = _differences(previous, current)
+    stored = json.loads(json.dumps(_architecture(base_features, trainer), sort_keys=True))
+    stored["hidden_units"] = previous["hidden_units"]
+    if stored != current:
+        differences = _differences(stored, current)
         raise TrainerConfigError(
             "warm start refused: the feature set or network changed since the served model "
             f"({'; '.join(differences)}); train from scratch (trainer.warm_start: false)"
         )
     with tf.io.gfile.GFile(os.path.join(extra, WEIGHTS_FILE), "rb") as handle:
-        stored = np.load(io.BytesIO(handle.read()))
-        return [stored[f"arr_{i}"] for i in range(len(stored.files))]
+        weights = np.load(io.BytesIO(handle.read()))
+        return base_features, [weights[f"arr_{i}"] for i in range(len(weights.files))]
 
 
 def _differences(previous: dict, current: dict) -> list[str]:

@@ -234,11 +234,9 @@ def train(
         policy,
         jit_compile,
     )
-    warm_weights = (
-        model_lib.read_warm_start(base_model_dir, features, trainer)
-        if (base_model_dir and trainer.get("warm_start"))
-        else None
-    )
+    warm_weights = None
+    if base_model_dir and trainer.get("warm_start"):
+        features, warm_weights = model_lib.read_warm_start(base_model_dir, features, trainer)
 
     preprocessor = model_lib.Preprocessor(features)
     cache = bool(trainer.get("cache_dataset", False))

@@ -16,7 +16,7 @@ def paths(tmp_path):
     (paths.input_dir / "penguins.csv").write_text("species\nAdelie\n")
     (paths.serving_dir / "1").mkdir(parents=True)
     paths.metadata_path.write_bytes(b"")
-    fingerprint.record_success(paths, "penguin-1", "pushed", fingerprint.compute(paths))
+    fingerprint.record_outcome(paths, "penguin-1", "pushed", fingerprint.compute(paths))
     return paths
 
 

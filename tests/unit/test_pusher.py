@@ -44,3 +44,16 @@ def test_digest_identifies_identical_models(tmp_path):
     other = _fake_model(tmp_path / "c", b"different")
     assert executor.model_digest(one) == executor.model_digest(two)
     assert executor.model_digest(one) != executor.model_digest(other)
+
+
+def test_retention_keeps_the_newest_versions_and_numbers_keep_counting_up(tmp_path):
+    base = str(tmp_path / "serving" / "taxi")
+    for payload in (b"1", b"2", b"3"):
+        executor.publish(_fake_model(tmp_path / payload.decode(), payload), base, {})
+
+    assert executor.retire_old_versions(base, keep=2) == [1]
+    assert sorted(os.listdir(base)) == ["2", "3"]  # nothing hidden left behind either
+    assert executor.publish(_fake_model(tmp_path / "4", b"4"), base, {})[0] == 4
+    assert executor.retire_old_versions(base, keep=0) == []  # 0: keep everything
+    assert executor.retire_old_versions(base, keep=5) == []
+    assert sorted(os.listdir(base)) == ["2", "3", "4"]

@@ -1,0 +1,168 @@
+"""The nightly loop around the local runner: one night, a backfill of nights, the crontab entry.
+
+A night is one span of the spec's `data.span_pattern`. Running a night first compares its
+fingerprint (spec, code, lock, schema and that span's files) with the last final outcome
+recorded for the span, so a night already done answers at once without importing TFX; only a
+changed or failed night goes through the pipeline (where unchanged components are cache hits).
+"""
+
+from __future__ import annotations
+
+import datetime
+import shlex
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from pipelines import fingerprint, spans
+from pipelines.config import PROJECT_ROOT, LoadedSpec
+from pipelines.registry import RunPaths
+
+EXIT_OK, EXIT_FAILED, EXIT_BLOCKED = 0, 1, 2
+CRON_MARKER = "# conveyor:"  # ends every crontab line Conveyor installs: `# conveyor:<pipeline>`
+
+
+@dataclass
+class NightOutcome:
+    span: int | None
+    outcome: str  # pushed / not_pushed / blocked / failed
+    message: str
+    unchanged: bool  # answered from the recorded fingerprint: nothing executed
+    run_dir: str | None = None
+
+    @property
+    def exit_code(self) -> int:
+        if self.outcome == "blocked":
+            return EXIT_BLOCKED
+        return EXIT_OK if self.outcome in ("pushed", "not_pushed") else EXIT_FAILED
+
+
+def run_night(
+    loaded: LoadedSpec,
+    workdir: Path,
+    span: int | None,
+    force: bool = False,
+    echo: Callable[[str], None] = print,
+) -> NightOutcome:
+    """Runs one span (None: a spec without spans) unless it is already done and unchanged."""
+    paths = RunPaths(workdir=workdir, spec=loaded.spec)
+    previous = None if force else fingerprint.unchanged_since(paths, span)
+    if previous is not None:
+        served = previous["served_versions"]
+        serving = f"version {served[-1]}" if served else "nothing"
+        what = {
+            "blocked": "was blocked by the data gate",
+            "pushed": "pushed",
+            "not_pushed": "pushed nothing",
+        }[previous["outcome"]]
+        return NightOutcome(
+            span,
+            previous["outcome"],
+            f"same data, spec, schema and code as run {previous['run_id']}, which {what}; "
+            f"nothing executed, nothing pushed (serving {serving}). --force runs the pipeline "
+            "anyway (every component would be a cache hit).",
+            unchanged=True,
+        )
+    from pipelines.runners import local
+
+    result = local.run(loaded, workdir, echo=echo, span=span)
+    return NightOutcome(span, result.outcome, result.message, False, result.run_dir)
+
+
+def nights_between(start: datetime.date, end: datetime.date) -> list[datetime.date]:
+    if end < start:
+        raise spans.SpanError(f"--from {start} is after --to {end}")
+    return [start + datetime.timedelta(days=d) for d in range((end - start).days + 1)]
+
+
+def backfill(
+    loaded: LoadedSpec,
+    workdir: Path,
+    start: datetime.date,
+    end: datetime.date,
+    echo: Callable[[str], None] = print,
+) -> list[tuple[datetime.date, NightOutcome]]:
+    """Runs the nights from `start` to `end` in order, skipping those already done.
+
+    A blocked night is done (its data was judged); a failed night, or one with no data, stops
+    the backfill: the nights after it would train on a window with a hole in it.
+    """
+    spec = loaded.spec
+    if not spec.data.dated_spans:
+        raise spans.SpanError(
+            f"{spec.name}: backfill needs dated spans ({{YYYY}}{{MM}}{{DD}} in data.span_pattern)"
+        )
+    paths = RunPaths(workdir=workdir, spec=spec)
+    done: list[tuple[datetime.date, NightOutcome]] = []
+    for night in nights_between(start, end):
+        span = spans.span_of_date(night)
+        if not spans.span_files(spec, paths.input_dir, span):
+            outcome = NightOutcome(
+                span,
+                "failed",
+                f"no data for {spans.describe(spec, span)}: nothing matches "
+                f"{spans.span_glob(spec, paths.input_dir, span)}",
+                unchanged=False,
+            )
+        else:
+            echo(f"night {night.isoformat()}:")
+            outcome = run_night(loaded, workdir, span, echo=echo)
+        echo(
+            f"night {night.isoformat()}: {outcome.outcome.upper()}"
+            + (" (already done, skipped)" if outcome.unchanged else "")
+            + f": {outcome.message}"
+        )
+        done.append((night, outcome))
+        if outcome.outcome == "failed":
+            echo(f"backfill stopped at {night.isoformat()}: the later nights were not run")
+            break
+    return done
+
+
+def cron_line(
+    spec_name: str,
+    cron: str,
+    env: str | None,
+    workdir: Path,
+    conveyor: str | None = None,
+) -> str:
+    """The crontab line that runs last night's span of `spec_name` at `cron`, logging to a
+    file under the workdir. `%` is escaped: cron would read it as a newline."""
+    executable = conveyor or str(Path(sys.executable).with_name("conveyor"))
+    command = [executable, "run", spec_name, "--date", "yesterday", "--workdir", str(workdir)]
+    if env:
+        command += ["--env", env]
+    log = workdir / "runs" / spec_name / "cron.log"
+    shell = (
+        f"cd {shlex.quote(str(PROJECT_ROOT))} && mkdir -p {shlex.quote(str(log.parent))} && "
+        f"{shlex.join(command)} >> {shlex.quote(str(log))} 2>&1"
+    )
+    return f"{cron} {shell.replace('%', chr(92) + '%')} {CRON_MARKER}{spec_name}"
+
+
+class CrontabError(RuntimeError):
+    """The local crontab could not be read or written."""
+
+
+def install_crontab(line: str, spec_name: str, crontab: str = "crontab") -> str:
+    """Installs `line` in the user's crontab, replacing an earlier Conveyor line for the same
+    pipeline; returns the resulting crontab."""
+    if shutil.which(crontab) is None:
+        raise CrontabError(
+            f"`{crontab}` is not installed here (Debian: apt-get install cron); "
+            "`conveyor schedule --print` prints the line to install elsewhere"
+        )
+    listed = subprocess.run([crontab, "-l"], capture_output=True, text=True, check=False)
+    # `crontab -l` exits 1 with "no crontab for <user>" when there is none yet.
+    current = listed.stdout.splitlines() if listed.returncode == 0 else []
+    kept = [entry for entry in current if not entry.endswith(f"{CRON_MARKER}{spec_name}")]
+    content = "\n".join([*kept, line]) + "\n"
+    written = subprocess.run(
+        [crontab, "-"], input=content, capture_output=True, text=True, check=False
+    )
+    if written.returncode != 0:
+        raise CrontabError(f"`{crontab} -` failed: {written.stderr.strip() or written.returncode}")
+    return content

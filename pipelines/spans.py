@@ -1,0 +1,154 @@
+"""Dated and numbered spans: which files are one night's data, without importing TFX.
+
+A spec's `data.span_pattern` names one span's files under `data.input_dir`, with TFX's
+ExampleGen placeholders: `{YYYY}`, `{MM}`, `{DD}` for a dated span or `{SPAN}` for a numbered
+one. A dated span's number is TFX's: days since 1970-01-01, so the pipeline, ML Metadata and the
+command line agree on what "the night of 2026-11-28" is (span 20785).
+"""
+
+from __future__ import annotations
+
+import datetime
+import glob
+import re
+from pathlib import Path
+
+from pipelines.spec import PipelineSpec
+
+EPOCH = datetime.date(1970, 1, 1)  # tfx.components.example_gen.utils.UNIX_EPOCH_DATE
+
+
+class SpanError(ValueError):
+    """A night or span the command line was given does not fit the spec or the data."""
+
+
+def span_of_date(night: datetime.date) -> int:
+    return (night - EPOCH).days
+
+
+def date_of_span(span: int) -> datetime.date:
+    return EPOCH + datetime.timedelta(days=span)
+
+
+def parse_night(text: str, today: datetime.date | None = None) -> datetime.date:
+    """`YYYY-MM-DD`, `today` or `yesterday` (UTC): the forms `--date` takes."""
+    today = today or datetime.datetime.now(datetime.timezone.utc).date()
+    if text == "today":
+        return today
+    if text == "yesterday":
+        return today - datetime.timedelta(days=1)
+    try:
+        return datetime.date.fromisoformat(text)
+    except ValueError:
+        raise SpanError(f"--date {text!r}: expected YYYY-MM-DD, 'today' or 'yesterday'") from None
+
+
+def describe(spec: PipelineSpec, span: int | None) -> str:
+    """'2026-11-28 (span 20785)' for a dated span, 'span 7' for a numbered one."""
+    if span is None:
+        return "all input files"
+    if spec.data.dated_spans:
+        return f"{date_of_span(span).isoformat()} (span {span})"
+    return f"span {span}"
+
+
+def _substitute(pattern: str, span: int, dated: bool) -> str:
+    if not dated:
+        return pattern.replace("{SPAN}", str(span))
+    night = date_of_span(span)
+    return (
+        pattern.replace("{YYYY}", f"{night.year:04d}")
+        .replace("{MM}", f"{night.month:02d}")
+        .replace("{DD}", f"{night.day:02d}")
+    )
+
+
+def span_glob(spec: PipelineSpec, input_dir: Path, span: int) -> str:
+    """The glob (absolute) of one span's files."""
+    pattern = str(spec.data.span_pattern)
+    return str(input_dir / _substitute(pattern, span, spec.data.dated_spans))
+
+
+def span_files(spec: PipelineSpec, input_dir: Path, span: int) -> list[Path]:
+    return sorted(Path(p) for p in glob.glob(span_glob(spec, input_dir, span)) if Path(p).is_file())
+
+
+def available_spans(spec: PipelineSpec, input_dir: Path) -> list[int]:
+    """Span numbers that have at least one file, ascending (what ExampleGen would find)."""
+    pattern = str(spec.data.span_pattern)
+    dated = spec.data.dated_spans
+    regex = re.escape(str(input_dir / pattern))
+    for placeholder, group in (
+        ("{YYYY}", r"(?P<y>\d{4})"),
+        ("{MM}", r"(?P<m>\d{2})"),
+        ("{DD}", r"(?P<d>\d{2})"),
+        ("{SPAN}", r"(?P<span>\d+)"),
+    ):
+        regex = regex.replace(re.escape(placeholder), group)
+    regex = regex.replace(r"\*", r"[^/]*").replace(r"\?", r"[^/]")
+    wildcard = pattern
+    for placeholder in ("{YYYY}", "{MM}", "{DD}", "{SPAN}"):
+        wildcard = wildcard.replace(placeholder, "*")
+    spans = set()
+    for path in glob.glob(str(input_dir / wildcard)):
+        match = re.fullmatch(regex, path)
+        if not match or not Path(path).is_file():
+            continue
+        if dated:
+            try:
+                night = datetime.date(int(match["y"]), int(match["m"]), int(match["d"]))
+            except ValueError:
+                continue  # not a calendar date: ExampleGen would reject it too
+            spans.add(span_of_date(night))
+        else:
+            spans.add(int(match["span"]))
+    return sorted(spans)
+
+
+def prepared_file(spec: PipelineSpec, input_dir: Path, span: int, filename: str) -> Path:
+    """Where `conveyor data` writes a span's file: the pattern's file, or `filename` in its
+    directory when the pattern's last part is a wildcard."""
+    substituted = Path(span_glob(spec, input_dir, span))
+    if any(c in substituted.name for c in "*?["):
+        return substituted.parent / filename
+    return substituted
+
+
+def resolve_span(
+    spec: PipelineSpec, input_dir: Path, night: datetime.date | None, span: int | None
+) -> int | None:
+    """The span a run processes: the night's, the one given, or the latest with data.
+
+    Returns None for a spec without spans (every input file is the data). Raises SpanError
+    naming the files looked for when the span has no data.
+    """
+    if spec.data.span_pattern is None:
+        if night is not None or span is not None:
+            raise SpanError(
+                f"{spec.name}: --date/--span need data.span_pattern in the spec (its input is "
+                f"every file in {spec.data.input_dir})"
+            )
+        return None
+    if night is not None and span is not None:
+        raise SpanError("give --date or --span, not both")
+    if night is not None:
+        if not spec.data.dated_spans:
+            raise SpanError(
+                f"{spec.name}: data.span_pattern {spec.data.span_pattern!r} numbers its spans "
+                "with {SPAN}; use --span N"
+            )
+        span = span_of_date(night)
+    if span is None:
+        found = available_spans(spec, input_dir)
+        if not found:
+            raise SpanError(
+                f"{spec.name}: no span's files under {input_dir} match data.span_pattern "
+                f"{spec.data.span_pattern!r}"
+            )
+        return found[-1]
+    if not span_files(spec, input_dir, span):
+        raise SpanError(
+            f"{spec.name}: no data for {describe(spec, span)}: nothing matches "
+            f"{span_glob(spec, input_dir, span)}"
+        )
+    return span
