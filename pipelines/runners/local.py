@@ -19,7 +19,7 @@ from pathlib import Path
 
 import yaml
 
-from pipelines import fingerprint
+from pipelines import fingerprint, spans
 from pipelines.config import LoadedSpec
 from pipelines.metadata import NodeRecord, find_run, open_store
 from pipelines.registry import RunPaths
@@ -133,9 +133,19 @@ def _quiet_libraries() -> None:
     os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 
 
-def run(loaded: LoadedSpec, workdir: Path, echo: Callable[[str], None] = print) -> RunResult:
+def run(
+    loaded: LoadedSpec,
+    workdir: Path,
+    echo: Callable[[str], None] = print,
+    night: datetime.date | None = None,
+    span: int | None = None,
+) -> RunResult:
     """Runs the spec's pipeline with LocalDagRunner under `workdir`; never raises for a failed
-    component (the result says what failed), only for errors before the run starts."""
+    component (the result says what failed), only for errors before the run starts.
+
+    For a spec with spans, `night` or `span` picks the span to ingest (default: the latest with
+    data); spans.SpanError says when it has no data.
+    """
     _quiet_libraries()
     from tfx.dsl.compiler import compiler, constants
     from tfx.orchestration.local.local_dag_runner import LocalDagRunner
@@ -145,9 +155,10 @@ def run(loaded: LoadedSpec, workdir: Path, echo: Callable[[str], None] = print) 
 
     spec = loaded.spec
     paths = RunPaths(workdir=Path(workdir).resolve(), spec=spec)
+    span = spans.resolve_span(spec, paths.input_dir, night, span)
     # Taken before the run: an input file that changes while it runs must not be recorded as
     # the input this run consumed.
-    inputs_fingerprint = fingerprint.compute(paths)
+    inputs_fingerprint = fingerprint.compute(paths, span)
     run_id = new_run_id(spec.name)
     run_dir = paths.runs_dir / run_id
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -155,9 +166,12 @@ def run(loaded: LoadedSpec, workdir: Path, echo: Callable[[str], None] = print) 
         f"# {spec.name} as run {run_id} (profile {loaded.env}; layers: "
         f"{', '.join(loaded.sources)})\n" + yaml.safe_dump(spec.to_yaml_dict(), sort_keys=False)
     )
-    echo(f"run {run_id}  (profile {loaded.env}, workdir {paths.workdir})")
+    echo(
+        f"run {run_id}  (profile {loaded.env}, workdir {paths.workdir}"
+        + (f", night {spans.describe(spec, span)})" if span is not None else ")")
+    )
 
-    ir = compiler.Compiler().compile(build_pipeline(spec, paths.workdir))
+    ir = compiler.Compiler().compile(build_pipeline(spec, paths.workdir, span=span))
     runtime_parameter_utils.substitute_runtime_parameter(
         ir, {constants.PIPELINE_RUN_ID_PARAMETER_NAME: run_id}
     )
@@ -172,9 +186,22 @@ def run(loaded: LoadedSpec, workdir: Path, echo: Callable[[str], None] = print) 
 
     result = _summarise(spec.name, run_id, paths, failure, progress.timings)
     result.run_dir = str(run_dir)
+    if result.span is None:
+        result.span = span
+    if result.span is not None and spec.data.dated_spans:
+        result.night = spans.date_of_span(result.span).isoformat()
     (run_dir / "summary.json").write_text(json.dumps(asdict(result), indent=2))
-    if result.ok:
-        fingerprint.record_success(paths, run_id, result.outcome, inputs_fingerprint)
+    from pipelines import alerts, report
+
+    try:
+        echo(f"report: {report.write_report(result, paths)}")
+    except Exception as err:  # the report is a view of the run, never a reason to fail it
+        echo(f"warning: no run report written: {type(err).__name__}: {err}")
+    alerted = alerts.send_alert(spec, result)
+    if alerted:
+        echo(alerted)
+    if result.outcome in fingerprint.FINAL_OUTCOMES:
+        fingerprint.record_outcome(paths, run_id, result.outcome, inputs_fingerprint, span)
     return result
 
 
@@ -193,6 +220,8 @@ def _summarise(
         # resolver (which only resolves inputs) from a component that executed.
         node.state, seconds = timings.get(node.node_id, (node.state, node.seconds))
         node.seconds = round(seconds, 2)
+    span = record.span if record else None
+    gate = _gate_findings(record)
     if failure is not None:
         from components.data_gate.component import DataGateError
 
@@ -203,6 +232,8 @@ def _summarise(
             outcome="blocked" if blocked else "failed",
             message=str(failure) if blocked else f"{type(failure).__name__}: {failure}",
             nodes=nodes,
+            span=span,
+            data_gate=failure.findings if blocked else gate,
         )
     if record and record.pushed_version:
         path = paths.serving_dir / record.pushed_version
@@ -214,10 +245,30 @@ def _summarise(
             record.pushed_version,
             str(path),
             nodes,
+            span=span,
+            data_gate=gate,
         )
     reason = (record.push_reason if record else None) or (
         "every component was a cache hit: same data, spec and code as an earlier run"
         if nodes and not any(n.state == "executed" for n in nodes)
         else "the Pusher did not run"
     )
-    return RunResult(run_id, pipeline, "not_pushed", f"nothing pushed: {reason}", nodes=nodes)
+    return RunResult(
+        run_id,
+        pipeline,
+        "not_pushed",
+        f"nothing pushed: {reason}",
+        nodes=nodes,
+        span=span,
+        data_gate=gate,
+    )
+
+
+def _gate_findings(record) -> dict | None:
+    """The data gate's findings.json from its output artifact (a passed or cached gate)."""
+    if record is None or not record.gate_findings_uri:
+        return None
+    from components.data_gate.component import FINDINGS_FILE
+
+    found = Path(record.gate_findings_uri) / FINDINGS_FILE
+    return json.loads(found.read_text()) if found.is_file() else None

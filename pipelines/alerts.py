@@ -1,0 +1,72 @@
+"""A webhook alert when a night is blocked or fails.
+
+The URL is a secret-ish deployment detail, so the spec names only the environment variable that
+holds it (`runtime.alert_webhook_env`); with the variable unset or empty nothing is sent. An
+alert that cannot be delivered is reported to the caller, never raised: the run's own outcome
+and exit code must not depend on a chat service being up.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from pipelines.spec import PipelineSpec
+
+ALERT_OUTCOMES = ("blocked", "failed")
+TIMEOUT_SECONDS = 10.0
+
+
+def alert_payload(result: Any) -> dict[str, Any]:
+    """The JSON body POSTed for a run (a `pipelines.runners.local.RunResult`)."""
+    report = Path(result.run_dir) / "report.html" if result.run_dir else None
+    return {
+        "pipeline": result.pipeline,
+        "run_id": result.run_id,
+        "outcome": result.outcome,
+        "reason": result.message,
+        "night": result.night,
+        "span": result.span,
+        "report": str(report) if report is not None and report.is_file() else None,
+        "data_gate": result.data_gate,
+    }
+
+
+def send_alert(spec: PipelineSpec, result: Any, timeout: float = TIMEOUT_SECONDS) -> str | None:
+    """POSTs an alert for a blocked or failed run to the URL in `runtime.alert_webhook_env`.
+
+    Args:
+      spec: the pipeline's resolved spec.
+      result: the run's `RunResult`.
+      timeout: seconds to wait for the webhook to answer.
+
+    Returns:
+      One line saying what happened (sent, or why delivery failed), or None when nothing was to
+      be sent: the run succeeded, or no webhook is configured.
+    """
+    if result.outcome not in ALERT_OUTCOMES:
+        return None
+    variable = spec.runtime.alert_webhook_env
+    url = os.environ.get(variable, "").strip() if variable else ""
+    if not url:
+        return None
+    body = json.dumps(alert_payload(result), default=str).encode()
+    request = urllib.request.Request(
+        url,
+        data=body,
+        method="POST",
+        headers={"Content-Type": "application/json", "User-Agent": "conveyor-alert"},
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310
+            status = response.status
+    except urllib.error.HTTPError as err:
+        return f"alert not delivered: the webhook in ${variable} answered HTTP {err.code}"
+    except (urllib.error.URLError, OSError, ValueError) as err:
+        reason = getattr(err, "reason", err)
+        return f"alert not delivered to the webhook in ${variable}: {reason}"
+    return f"alert sent ({result.outcome}) to the webhook in ${variable}: HTTP {status}"

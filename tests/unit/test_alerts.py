@@ -1,0 +1,153 @@
+"""The webhook alert against a real HTTP server on 127.0.0.1."""
+
+import json
+import socket
+import threading
+from http.server import BaseHTTPRequestHandler, HTTPServer
+
+import pytest
+
+from pipelines.alerts import send_alert
+from pipelines.config import load_spec
+from pipelines.runners.local import RunResult
+
+WEBHOOK_ENV = "CONVEYOR_TEST_WEBHOOK"
+GATE = {
+    "passed": False,
+    "anomalies": [
+        {"column": "body_mass_g", "split": "train", "description": "Unexpected data type"}
+    ],
+    "drift": [],
+    "skew": [],
+}
+
+
+@pytest.fixture
+def spec():
+    return load_spec(
+        "penguin", env="ci", overrides=[f"runtime.alert_webhook_env={WEBHOOK_ENV}"]
+    ).spec
+
+
+@pytest.fixture
+def webhook():
+    """A local server that records each POST and answers 204."""
+    received: list[dict] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self):  # noqa: N802 - http.server's name
+            length = int(self.headers["Content-Length"])
+            received.append(
+                {
+                    "path": self.path,
+                    "content_type": self.headers["Content-Type"],
+                    "body": json.loads(self.rfile.read(length)),
+                }
+            )
+            self.send_response(204)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = HTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}/hooks/nightly", received
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def _result(outcome: str, tmp_path, message: str = "Data gate: bad data") -> RunResult:
+    run_dir = tmp_path / "runs" / "penguin" / "penguin-20261129T020000.000000Z"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "report.html").write_text("<html></html>")
+    return RunResult(
+        run_id=run_dir.name,
+        pipeline="penguin",
+        outcome=outcome,
+        message=message,
+        run_dir=str(run_dir),
+        night="2026-11-28",
+        span=3,
+        data_gate=GATE if outcome == "blocked" else None,
+    )
+
+
+def test_a_blocked_night_is_posted_with_its_reason(spec, webhook, tmp_path, monkeypatch):
+    url, received = webhook
+    monkeypatch.setenv(WEBHOOK_ENV, url)
+    result = _result("blocked", tmp_path)
+
+    line = send_alert(spec, result)
+
+    assert line == f"alert sent (blocked) to the webhook in ${WEBHOOK_ENV}: HTTP 204"
+    (request,) = received
+    assert request["path"] == "/hooks/nightly"
+    assert request["content_type"] == "application/json"
+    assert request["body"] == {
+        "pipeline": "penguin",
+        "run_id": "penguin-20261129T020000.000000Z",
+        "outcome": "blocked",
+        "reason": "Data gate: bad data",
+        "night": "2026-11-28",
+        "span": 3,
+        "report": str(tmp_path / "runs/penguin/penguin-20261129T020000.000000Z/report.html"),
+        "data_gate": GATE,
+    }
+
+
+def test_a_failed_night_is_posted_too(spec, webhook, tmp_path, monkeypatch):
+    url, received = webhook
+    monkeypatch.setenv(WEBHOOK_ENV, url)
+    send_alert(spec, _result("failed", tmp_path, message="RuntimeError: trainer died"))
+    assert [r["body"]["outcome"] for r in received] == ["failed"]
+    assert received[0]["body"]["reason"] == "RuntimeError: trainer died"
+
+
+@pytest.mark.parametrize("outcome", ["pushed", "not_pushed"])
+def test_nothing_is_sent_for_a_good_night(spec, webhook, tmp_path, monkeypatch, outcome):
+    url, received = webhook
+    monkeypatch.setenv(WEBHOOK_ENV, url)
+    assert send_alert(spec, _result(outcome, tmp_path)) is None
+    assert received == []
+
+
+def test_nothing_is_sent_without_a_url(spec, tmp_path, monkeypatch):
+    blocked = _result("blocked", tmp_path)
+    monkeypatch.setenv(WEBHOOK_ENV, "")
+    assert send_alert(spec, blocked) is None
+    monkeypatch.delenv(WEBHOOK_ENV)
+    assert send_alert(spec, blocked) is None
+    unset = load_spec("penguin", env="ci").spec  # no alert_webhook_env at all
+    assert send_alert(unset, blocked) is None
+
+
+def test_an_unreachable_webhook_is_reported_not_raised(spec, tmp_path, monkeypatch):
+    with socket.socket() as probe:  # a port nobody listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    monkeypatch.setenv(WEBHOOK_ENV, f"http://127.0.0.1:{port}/hook")
+    line = send_alert(spec, _result("blocked", tmp_path), timeout=2)
+    assert line.startswith(f"alert not delivered to the webhook in ${WEBHOOK_ENV}: ")
+    assert "refused" in line.lower()
+
+
+def test_a_webhook_error_status_is_reported(spec, tmp_path, monkeypatch):
+    class Refusing(BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+    # A handler without do_POST: http.server answers the POST with 501.
+    server = HTTPServer(("127.0.0.1", 0), Refusing)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        monkeypatch.setenv(WEBHOOK_ENV, f"http://127.0.0.1:{server.server_port}/")
+        line = send_alert(spec, _result("failed", tmp_path))
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert line == f"alert not delivered: the webhook in ${WEBHOOK_ENV} answered HTTP 501"
