@@ -17,7 +17,7 @@ export TF_CPP_MIN_LOG_LEVEL ?= 3
 export TF_USE_LEGACY_KERAS ?= 1
 
 .PHONY: help setup lock pipeline-local data test test-unit test-e2e lint bench bench-data bench-trainer \
-	gpu-check clean
+	bench-nightly gpu-check clean
 
 help:
 	@echo "make pipeline-local  set up, prepare the penguin data and run it locally (pushes a model)"
@@ -26,6 +26,7 @@ help:
 	@echo "make bench           Conveyor vs raw TFX penguin, side by side"
 	@echo "make bench-data      data path vs raw TFX at 150k and 1.5M taxi rows"
 	@echo "make bench-trainer   trainer examples/s: XLA, mirrored, multi-worker (taxi)"
+	@echo "make bench-nightly   one normal taxi night at 100k and 1M rows, per component"
 	@echo "make gpu-check       the gpu profile on penguin and taxi (needs GPUs)"
 	@echo "make lock            re-resolve requirements.in into requirements.lock"
 	@echo "make clean           remove the venv and generated run outputs"
@@ -72,6 +73,9 @@ bench-data: setup
 
 bench-trainer: setup
 	$(BIN)/python bench/bench_trainer.py
+
+bench-nightly: setup
+	$(BIN)/python bench/bench_nightly.py
 
 gpu-check: setup
 	$(BIN)/python bench/gpu_check.py

@@ -70,6 +70,13 @@ CONVEYOR_SETTINGS = {
         "[{type: csv_example_gen}, {type: statistics_gen}, {type: schema_gen}, "
         "{type: example_validator}]"
     ),
+    # The reference reads one CSV and infers its schema: so does Conveyor here, without the
+    # nightly chain's spans, drift gate, window and warm start (none of them are data path).
+    "data.span_pattern": "null",
+    "data.window_spans": "1",
+    "data.drift": "{}",
+    "schema.source": "infer",
+    "trainer.warm_start": "false",
 }
 CONVEYOR_FAILURES = ("FAILED:", "BLOCKED:")
 CONVEYOR_OUTCOMES = ("PUSHED:", "NOT_PUSHED:", "UNCHANGED:", *CONVEYOR_FAILURES)

@@ -111,11 +111,14 @@ def _merge(
     provenance: dict[tuple[str, ...], str],
     prefix: tuple[str, ...] = (),
 ) -> dict[str, Any]:
-    """Deep-merges `overlay` into a copy of `base`; mappings merge, everything else replaces."""
+    """Deep-merges `overlay` into a copy of `base`; mappings merge, everything else replaces.
+
+    An empty mapping replaces too: it is the only way a layer can clear one (`data.drift={}`).
+    """
     merged = dict(base)
     for key, value in overlay.items():
         path = (*prefix, str(key))
-        if isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
+        if isinstance(value, Mapping) and value and isinstance(merged.get(key), Mapping):
             merged[key] = _merge(merged[key], value, source, provenance, path)
         else:
             merged[key] = value

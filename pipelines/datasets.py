@@ -41,7 +41,12 @@ def prepare(spec: PipelineSpec, input_dir: Path, target: Path | None = None) -> 
             f"{spec.data.input_dir} yourself."
         )
     source = packaged_file(recipe.package, recipe.path)
-    frame = pd.read_csv(source, nrows=recipe.rows)
+    # The whole file, then the first rows: each column keeps the type it has in the whole file
+    # (an integer column with a missing value further down stays a float column), so a sample
+    # matches the curated schema the full data does.
+    frame = pd.read_csv(source)
+    if recipe.rows is not None:
+        frame = frame.head(recipe.rows)
     for column, expression in recipe.derive.items():
         try:
             derived = frame.eval(expression)

@@ -12,7 +12,13 @@ from pipelines import cli
 from pipelines.config import load_spec
 from pipelines.runners import local
 
-DATA_PATH_ONLY = "components=[{type: csv_example_gen}, {type: statistics_gen}]"
+# Only the data path of the taxi spec: no gate, window or warm start to wire.
+DATA_PATH_ONLY = [
+    "components=[{type: csv_example_gen}, {type: statistics_gen}]",
+    "data.drift={}",
+    "data.window_spans=1",
+    "trainer.warm_start=false",
+]
 
 
 @pytest.fixture(scope="module")
@@ -23,7 +29,7 @@ def runs(tmp_path_factory):
     for reader in ("tfx", "arrow"):
         workdir = tmp_path_factory.mktemp(reader)
         shutil.copytree(prepared / "data", workdir / "data")
-        loaded = load_spec("taxi", overrides=[f"data.reader={reader}", DATA_PATH_ONLY])
+        loaded = load_spec("taxi", overrides=[f"data.reader={reader}", *DATA_PATH_ONLY])
         result = local.run(loaded, workdir, echo=lambda _: None)
         assert result.ok, result.message
         roots[reader] = workdir / "pipeline_root" / "taxi"

@@ -11,9 +11,11 @@ import http.server
 import json
 import threading
 
+import pandas as pd
 import pytest
 import tensorflow as tf
-from make_taxi_nights import DROPPED_COLUMN, write_week
+from make_taxi_nights import DROPPED_COLUMN, LABEL, write_week
+from make_taxi_rows import write_rows
 
 from pipelines import cli, metadata, nightly, spans
 from pipelines.config import load_spec
@@ -22,8 +24,14 @@ from pipelines.registry import RunPaths
 FIRST_NIGHT = datetime.date(2026, 11, 23)
 ROWS = 2000
 WEBHOOK_ENV = "CONVEYOR_TEST_WEBHOOK"
-# Retention is part of the story: only the two newest versions stay servable.
-OVERRIDES = [f"runtime.alert_webhook_env={WEBHOOK_ENV}", "push.keep_versions=2"]
+# Retention is part of the story: only the two newest versions stay servable. Skew is measured
+# against requests serving logged (normal data, no label).
+OVERRIDES = [
+    f"runtime.alert_webhook_env={WEBHOOK_ENV}",
+    "push.keep_versions=2",
+    "data.serving_data_dir=serving_log",
+    "data.skew={fare: 0.25, payment_type: 0.1}",
+]
 
 
 class _Alerts(http.server.BaseHTTPRequestHandler):
@@ -49,6 +57,8 @@ def week(tmp_path_factory):
     loaded = load_spec("taxi", env="ci", overrides=OVERRIDES, workdir=workdir)
     paths = RunPaths(workdir=workdir, spec=loaded.spec)
     plan = write_week(paths.input_dir, FIRST_NIGHT, ROWS)
+    logged = write_rows(500, workdir / "serving_log" / "requests.csv", seed=99)
+    pd.read_csv(logged).drop(columns=[LABEL]).to_csv(logged, index=False)
     last = plan[-1][0]
     nights = nightly.backfill(loaded, workdir, FIRST_NIGHT, last, echo=lambda _: None)
     yield loaded, paths, plan, dict(nights)
@@ -77,6 +87,10 @@ def test_every_night_of_the_week_ran_in_order(week):
 def test_night_1_normal_is_pushed_as_version_1(week):
     first = _night(week, 1)
     assert (first.outcome, _summary(first)["pushed_version"]) == ("pushed", "1"), first.message
+    gate = _summary(first)["data_gate"]
+    assert gate["passed"] and gate["drift"] == []  # no earlier span to drift from
+    assert {r["column"] for r in gate["skew"]} == {"fare", "payment_type"}
+    assert not any(r["breached"] for r in gate["skew"])
 
 
 def test_night_2_is_compared_with_version_1_and_pushed_if_not_worse(week):
@@ -102,6 +116,9 @@ def test_night_3_drifted_fares_are_blocked_before_training(week):
     assert states["data_gate"] == "failed" and "trainer" not in states
     (fare,) = [row for row in summary["data_gate"]["drift"] if row["column"] == "fare"]
     assert fare["breached"] and fare["distance"] > fare["threshold"] == 0.25
+    # Serving still sends fares in dollars: the training data is skewed from it too.
+    assert "fare: skew Jensen-Shannon" in third.message
+    assert {r["column"] for r in summary["data_gate"]["skew"] if r["breached"]} == {"fare"}
     # Every compared column is in the report's drift table, breached or not.
     report = (week[1].runs_dir / summary["run_id"] / "report.html").read_text()
     assert all(column in report for column in ("fare", "payment_type", "company"))
