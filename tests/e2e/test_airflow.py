@@ -1,0 +1,142 @@
+"""`conveyor compile NAME --env airflow` for a real Airflow 2 on SQLite in a temporary
+AIRFLOW_HOME: the DAG folder imports with no errors (DagBag), the DAG has the profile's schedule
+and the spec's edges, the logical date selects the night's span, and `airflow dags test` runs the
+penguin DAG to a pushed model. Airflow runs in subprocesses: it configures logging and its
+database from the environment at import."""
+
+import datetime
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pipelines import cli
+from pipelines.builder import build_pipeline
+from pipelines.config import load_spec
+from pipelines.runners.airflow import RANGE_CONFIG_TEMPLATE
+
+AIRFLOW = str(Path(sys.executable).parent / "airflow")
+NIGHT = datetime.date(2026, 11, 28)
+FAST = [
+    'runtime.beam_args=["--direct_running_mode=in_memory", "--direct_num_workers=1"]',
+    "trainer.train_steps=150",
+]
+DATED = ["name=penguin_dated", 'data.span_pattern="{YYYY}-{MM}-{DD}/*.csv"']
+
+DAGBAG_PROBE = """
+import json, sys
+from airflow import macros
+from airflow.models import DagBag
+
+bag = DagBag(sys.argv[1], include_examples=False)
+report = {"errors": {k: str(v) for k, v in bag.import_errors.items()}, "dags": {}}
+for dag_id, dag in bag.dags.items():
+    report["dags"][dag_id] = {
+        "schedule": dag.schedule_interval,
+        "start_date": dag.start_date.isoformat(),
+        "catchup": dag.catchup,
+        "max_active_runs": dag.max_active_runs,
+        "upstream": {t.task_id: sorted(t.upstream_task_ids) for t in dag.tasks},
+    }
+    # What Airflow renders for ExampleGen when the run's logical date is sys.argv[2].
+    task = dag.get_task("csv_example_gen")
+    context = {"ds": sys.argv[2], "macros": macros, "dag_run": None}
+    rendered = task.render_template(task.op_kwargs, context)["exec_properties"]
+    report["dags"][dag_id]["range_config"] = rendered.get("range_config")
+print("REPORT " + json.dumps(report))
+"""
+
+
+@pytest.fixture(scope="module")
+def airflow(tmp_path_factory):
+    home = tmp_path_factory.mktemp("airflow")
+    dags, workdir = home / "dags", home / "work"
+    env = {
+        **os.environ,
+        "AIRFLOW_HOME": str(home),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(dags),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow.db'}",
+        # Importing the DAG file imports TensorFlow and TFX (about 20 s here).
+        "AIRFLOW__CORE__DAGBAG_IMPORT_TIMEOUT": "600",
+        "AIRFLOW__CORE__DAG_FILE_PROCESSOR_TIMEOUT": "600",
+    }
+    migrated = subprocess.run(
+        [AIRFLOW, "db", "migrate"], env=env, capture_output=True, text=True, check=False
+    )
+    assert migrated.returncode == 0, migrated.stderr[-3000:]
+    assert cli.main(["data", "penguin", "--workdir", str(workdir)]) == 0
+    for name, overrides in (("penguin", FAST), ("penguin_dated", FAST + DATED)):
+        argv = ["compile", "penguin", "--env", "airflow", "--workdir", str(workdir)]
+        argv += ["--output", str(dags / f"{name}_dag.py")]
+        assert cli.main(argv + [a for o in overrides for a in ("--set", o)]) == 0
+    return env, dags, workdir
+
+
+@pytest.fixture(scope="module")
+def dagbag(airflow):
+    env, dags, _ = airflow
+    done = subprocess.run(
+        [sys.executable, "-c", DAGBAG_PROBE, str(dags), NIGHT.isoformat()],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    line = next(x for x in done.stdout.splitlines() if x.startswith("REPORT "))
+    return json.loads(line[len("REPORT ") :])
+
+
+def test_the_dag_folder_imports_without_errors(dagbag):
+    assert dagbag["errors"] == {}
+    assert sorted(dagbag["dags"]) == ["penguin", "penguin_dated"]
+
+
+def test_the_dag_has_the_profiles_schedule_and_the_specs_edges(dagbag, tmp_path):
+    dag = dagbag["dags"]["penguin"]
+    schedule = load_spec("penguin", env="airflow").spec.schedule
+    assert dag["schedule"] == schedule.cron == "@daily"
+    assert dag["start_date"] == f"{schedule.start_date.isoformat()}T00:00:00+00:00"
+    assert dag["catchup"] is schedule.catchup is False
+    assert dag["max_active_runs"] == 1
+    pipeline = build_pipeline(load_spec("penguin", env="local").spec, tmp_path)
+    edges = {n.id: sorted(u.id for u in n.upstream_nodes) for n in pipeline.components}
+    assert dag["upstream"] == edges
+
+
+def test_the_logical_date_selects_the_nights_span(dagbag):
+    span = (NIGHT - datetime.date(1970, 1, 1)).days  # TFX's number of a dated span
+    rendered = json.loads(dagbag["dags"]["penguin_dated"]["range_config"])
+    assert rendered == {"static_range": {"start_span_number": span, "end_span_number": span}}
+    # Without dated spans ExampleGen reads every file: nothing is templated.
+    assert dagbag["dags"]["penguin"]["range_config"] != RANGE_CONFIG_TEMPLATE
+
+
+def test_airflow_dags_test_runs_penguin_to_a_pushed_model(airflow):
+    env, _, workdir = airflow
+    done = subprocess.run(
+        [AIRFLOW, "dags", "test", "penguin", NIGHT.isoformat()],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    log = done.stdout + done.stderr
+    assert "DagRun Finished: dag_id=penguin" in log and "state=success" in log
+    version = workdir / "serving" / "penguin" / "1"
+    assert (version / "saved_model.pb").is_file()
+    push = json.loads((version / "conveyor_push.json").read_text())
+    assert push["version"] == 1
+    assert push["model_uri"].startswith(str(workdir / "pipeline_root" / "penguin" / "trainer"))
+    # The run is in the profile's ML Metadata, under Airflow's run id.
+    from pipelines import metadata
+
+    spec = load_spec("penguin", env="airflow").spec
+    store = metadata.open_store(spec, workdir / spec.runtime.metadata.path)
+    contexts = {c.name for c in store.get_contexts()}
+    assert f"penguin.manual__{NIGHT.isoformat()}T00:00:00+00:00" in contexts  # the Airflow run

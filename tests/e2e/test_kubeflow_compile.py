@@ -1,0 +1,155 @@
+"""`conveyor compile NAME --env kubeflow`: every spec compiles with KubeflowV2DagRunner to a
+PipelineJob that parses strictly into kfp-pipeline-spec's protos, whose task graph is the spec's,
+and whose image, commands, Beam arguments and resources are the profile's. No cluster needed."""
+
+import importlib
+import json
+from pathlib import Path
+
+import pytest
+from google.protobuf import json_format
+
+from pipelines import cli, config
+from pipelines.builder import build_pipeline
+from pipelines.config import load_spec
+from pipelines.runners.kubeflow import EXECUTOR_COMMAND
+
+SERVED_MODEL_RESOLVERS = {"baseline_resolver", "warm_start_resolver"}
+BYPASSED_RESOLVERS = {"span_window_resolver", "drift_baseline_resolver"}
+
+
+def _compile(tmp_path: Path, name: str, *extra: str) -> tuple[dict, dict]:
+    output = tmp_path / f"{name}.json"
+    argv = ["compile", name, "--env", "kubeflow", "--output", str(output), *extra]
+    assert cli.main(argv) == 0
+    schedule = output.with_name(f"{name}.schedule.json")
+    return json.loads(output.read_text()), json.loads(schedule.read_text())
+
+
+@pytest.fixture(scope="module")
+def compiled(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("kubeflow")
+    return {name: _compile(tmp, name) for name in config.list_pipelines()}
+
+
+def _executors(job: dict) -> dict[str, dict]:
+    """Task name -> its container spec (resolver tasks have none)."""
+    pipeline = job["pipelineSpec"]
+    executors = pipeline["deploymentSpec"]["executors"]
+    containers = {}
+    for task, spec in pipeline["root"]["dag"]["tasks"].items():
+        label = pipeline["components"][spec["componentRef"]["name"]]["executorLabel"]
+        if "container" in executors[label]:
+            containers[task] = executors[label]["container"]
+    return containers
+
+
+def _expected_dependencies(name: str, tmp_path: Path) -> dict[str, set[str]]:
+    """The spec's edges as TFX builds them locally, with the resolvers as KFP has them: a
+    served-model resolver is two query tasks, a bypassed one passes its anchors through."""
+    pipeline = build_pipeline(load_spec(name, env="local").spec, tmp_path)
+    expected = {}
+    for node in pipeline.components:
+        if node.id in SERVED_MODEL_RESOLVERS | BYPASSED_RESOLVERS:
+            continue
+        upstream = set()
+        for parent in node.upstream_nodes:
+            if parent.id in SERVED_MODEL_RESOLVERS:
+                upstream.add(f"{parent.id}-model-resolver")
+            elif parent.id in BYPASSED_RESOLVERS:
+                upstream |= {p.id for p in parent.upstream_nodes}
+            else:
+                upstream.add(parent.id)
+        expected[node.id] = upstream
+    return expected
+
+
+@pytest.mark.parametrize("name", config.list_pipelines())
+def test_the_job_parses_strictly_into_kfp_pipeline_spec(compiled, name):
+    from kfp.pipeline_spec import pipeline_spec_pb2
+
+    job, _ = compiled[name]
+    strict = pipeline_spec_pb2.PipelineJob()
+    json_format.ParseDict(job, strict, ignore_unknown_fields=False)
+    spec = pipeline_spec_pb2.PipelineSpec()
+    json_format.ParseDict(job["pipelineSpec"], spec, ignore_unknown_fields=False)
+    assert spec.pipeline_info.name == name
+    assert strict.display_name == name
+    # Vertex AI mounts gs://BUCKET at /gcs/BUCKET: outputs go to the bucket itself.
+    root = strict.runtime_config.gcs_output_directory
+    assert root == f"gs://conveyor-pipelines/conveyor/pipeline_root/{name}"
+
+
+@pytest.mark.parametrize("name", config.list_pipelines())
+def test_the_task_graph_is_the_specs(compiled, name, tmp_path):
+    job, _ = compiled[name]
+    tasks = job["pipelineSpec"]["root"]["dag"]["tasks"]
+    graph = {task: set(spec.get("dependentTasks", [])) for task, spec in tasks.items()}
+    expected = _expected_dependencies(name, tmp_path)
+    for resolver in SERVED_MODEL_RESOLVERS & {c.id for c in load_spec(name).spec.components}:
+        expected[f"{resolver}-model-blessing-resolver"] = set()
+        expected[f"{resolver}-model-resolver"] = set()
+    assert graph == expected
+    # The data gate still stops training: the trainer waits for it.
+    assert "data_gate" in graph["trainer"]
+
+
+@pytest.mark.parametrize("name", config.list_pipelines())
+def test_image_commands_beam_args_and_resources_are_the_profiles(compiled, name):
+    job, _ = compiled[name]
+    runtime = load_spec(name, env="kubeflow").spec.runtime
+    containers = _executors(job)
+    assert set(containers) == {c.id for c in load_spec(name).spec.components} - (
+        SERVED_MODEL_RESOLVERS | BYPASSED_RESOLVERS
+    )
+    for task, container in containers.items():
+        assert container["image"] == runtime.container.image, task
+        assert container["command"] == EXECUTOR_COMMAND, task
+        args = container["args"]
+        assert args[-len(runtime.beam_args) :] == list(runtime.beam_args), task
+        expected = runtime.container.resources.get(task) or runtime.container.resources["default"]
+        assert container["resources"]["cpuLimit"] == expected.cpu, task
+        assert container["resources"]["memoryLimit"] == pytest.approx(expected.memory_gb), task
+        assert "accelerator" not in container["resources"], task
+        # Conveyor's own executors (data gate, trainer, pusher, Arrow reader) are importable
+        # from the installed project, as they are in the image.
+        executor = args[args.index("--executor_class_path") + 1]
+        module, _, attribute = executor.rpartition(".")
+        assert hasattr(importlib.import_module(module), attribute), executor
+
+
+def test_project_files_point_into_the_image(compiled):
+    job, _ = compiled["penguin"]
+    text = json.dumps(job)
+    assert "/conveyor/schemas/penguin/schema.pbtxt" in text
+    assert str(config.PROJECT_ROOT) + "/" not in text
+
+
+@pytest.mark.parametrize("name", config.list_pipelines())
+def test_the_nightly_schedule_is_described_for_kfp_and_vertex(compiled, name):
+    import kfp_server_api
+
+    _, schedule = compiled[name]
+    spec = load_spec(name, env="kubeflow").spec
+    recurring = schedule["kfp_recurring_run"]
+    assert set(recurring) <= set(kfp_server_api.V2beta1RecurringRun.attribute_map)
+    assert set(recurring["trigger"]) <= set(kfp_server_api.V2beta1Trigger.attribute_map)
+    cron = recurring["trigger"]["cron_schedule"]
+    assert set(cron) <= set(kfp_server_api.V2beta1CronSchedule.attribute_map)
+    assert cron["cron"] == "0 " + spec.schedule.cron  # KFP's cron has seconds first
+    assert cron["start_time"] == f"{spec.schedule.start_date}T00:00:00Z"
+    assert recurring["no_catchup"] is (not spec.schedule.catchup)
+    assert schedule["vertex_schedule"]["cron"] == f"TZ=UTC {spec.schedule.cron}"
+    assert schedule["job_file"] == f"{name}.json"
+
+
+def test_the_gpu_profile_gives_the_trainer_a_gpu(tmp_path):
+    job, _ = _compile(tmp_path, "taxi", "--env", "gpu", "--target", "kubeflow")
+    containers = _executors(job)
+    trainer = containers.pop("trainer")["resources"]
+    assert trainer["accelerator"] == {"type": "NVIDIA_L4", "count": "1"}
+    assert trainer["cpuLimit"] == 8
+    gpu_image = load_spec("taxi", env="gpu").spec.runtime.container.image
+    for task, container in containers.items():
+        assert "accelerator" not in container["resources"], task
+        assert container["image"] == gpu_image

@@ -1,0 +1,166 @@
+"""A team's metadata store for real: the penguin pipeline records into MariaDB (Debian's
+mariadb-server), started by this module on 127.0.0.1 on a free port in a temporary data
+directory and stopped at the end. `scripts/mariadb.sh` installs the package when it is missing."""
+
+import os
+import shutil
+import socket
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from pipelines import cli, metadata
+from pipelines.config import PROJECT_ROOT, load_spec
+from pipelines.registry import RunPaths
+from pipelines.runners import local
+
+PASSWORD = "conveyor-test-password"
+DATABASE = "conveyor_metadata"  # as configs/team_mysql.yaml names it
+USER = "conveyor"
+
+
+@dataclass
+class Server:
+    port: int
+    socket: Path
+
+    def sql(self, statement: str, user: str = "root") -> list[list[str]]:
+        """Rows of a statement, through the mariadb client (not through ML Metadata)."""
+        done = subprocess.run(
+            ["mariadb", "--no-defaults", f"--socket={self.socket}", f"--user={user}"]
+            + ["--batch", "--skip-column-names", "-e", statement],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        return [line.split("\t") for line in done.stdout.splitlines()]
+
+
+def _binary(name: str) -> str | None:
+    return shutil.which(name) or next(
+        (str(p) for p in (Path("/usr/sbin") / name, Path("/usr/bin") / name) if p.exists()), None
+    )
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def mariadb(tmp_path_factory):
+    if _binary("mariadbd") is None:
+        done = subprocess.run(
+            [str(PROJECT_ROOT / "scripts" / "mariadb.sh")], capture_output=True, text=True
+        )
+        if done.returncode != 0:
+            pytest.skip(f"no MariaDB server and it cannot be installed here: {done.stderr.strip()}")
+    base = tmp_path_factory.mktemp("mariadb")
+    datadir, sock, log = base / "data", base / "mariadb.sock", base / "error.log"
+    subprocess.run(
+        [_binary("mariadb-install-db"), "--no-defaults", "--user=root", f"--datadir={datadir}"]
+        + ["--auth-root-authentication-method=socket", "--skip-test-db"],
+        capture_output=True,
+        check=True,
+    )
+    port = _free_port()
+    server = subprocess.Popen(
+        [_binary("mariadbd"), "--no-defaults", "--user=root", f"--datadir={datadir}"]
+        + [f"--socket={sock}", f"--port={port}", "--bind-address=127.0.0.1"]
+        + [f"--pid-file={base / 'mariadb.pid'}", f"--log-error={log}", "--skip-log-bin"],
+    )
+    handle = Server(port=port, socket=sock)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                handle.sql("SELECT 1")
+                break
+            except subprocess.CalledProcessError:
+                if server.poll() is not None or time.monotonic() > deadline:
+                    pytest.fail(f"mariadbd did not start: {log.read_text()[-2000:]}")
+                time.sleep(0.2)
+        handle.sql(
+            f"CREATE DATABASE {DATABASE}; "
+            f"CREATE USER '{USER}'@'127.0.0.1' IDENTIFIED BY '{PASSWORD}'; "
+            f"GRANT ALL PRIVILEGES ON {DATABASE}.* TO '{USER}'@'127.0.0.1';"
+        )
+        yield handle
+    finally:
+        server.terminate()
+        server.wait(timeout=60)
+
+
+@pytest.fixture(scope="module")
+def penguin_on_mariadb(mariadb, tmp_path_factory):
+    saved = os.environ.get("CONVEYOR_MYSQL_PASSWORD")
+    os.environ["CONVEYOR_MYSQL_PASSWORD"] = PASSWORD
+    try:
+        workdir = tmp_path_factory.mktemp("penguin-mysql")
+        assert cli.main(["data", "penguin", "--workdir", str(workdir)]) == 0
+        overrides = [f"runtime.metadata.port={mariadb.port}", "trainer.train_steps=150"]
+        argv = ["validate", "penguin", "--env", "team_mysql", "--connect"]
+        assert cli.main(argv + [a for o in overrides for a in ("--set", o)]) == 0
+        loaded = load_spec("penguin", env="team_mysql", overrides=overrides, workdir=workdir)
+        result = local.run(loaded, workdir, echo=lambda line: None)
+        store = metadata.open_store(loaded.spec, RunPaths(workdir, loaded.spec).metadata_path)
+        yield loaded, workdir, result, store
+    finally:
+        if saved is None:
+            os.environ.pop("CONVEYOR_MYSQL_PASSWORD", None)
+        else:
+            os.environ["CONVEYOR_MYSQL_PASSWORD"] = saved
+
+
+def test_the_pipeline_pushes_a_model_with_its_metadata_in_mariadb(penguin_on_mariadb):
+    loaded, workdir, result, _ = penguin_on_mariadb
+    assert result.outcome == "pushed", result.message
+    assert (RunPaths(workdir, loaded.spec).serving_dir / "1" / "saved_model.pb").is_file()
+    assert not (workdir / "metadata.sqlite").exists()  # nothing went to a local SQLite file
+
+
+def test_mariadb_holds_the_runs_executions_and_artifacts(penguin_on_mariadb, mariadb):
+    _, _, result, _ = penguin_on_mariadb
+    # ML Metadata's own tables, read with the mariadb client as the team's user would.
+    rows = mariadb.sql(
+        f"SELECT t.name, COUNT(*) FROM {DATABASE}.Execution e "
+        f"JOIN {DATABASE}.Type t ON t.id = e.type_id GROUP BY t.name"
+    )
+    types = {name: int(count) for name, count in rows}
+    assert any(name.endswith("Trainer") for name in types), types
+    assert any("Pusher" in name for name in types), types
+    contexts = [row[0] for row in mariadb.sql(f"SELECT name FROM {DATABASE}.Context")]
+    assert result.run_id in contexts
+    assert "penguin" in contexts
+    models = mariadb.sql(
+        f"SELECT COUNT(*) FROM {DATABASE}.Artifact a JOIN {DATABASE}.Type t "
+        "ON t.id = a.type_id WHERE t.name = 'Model'"
+    )
+    assert int(models[0][0]) == 1
+
+
+def test_conveyor_reads_the_run_back_from_mariadb(penguin_on_mariadb):
+    _, _, result, store = penguin_on_mariadb
+    record = metadata.find_run(store, result.run_id)
+    assert record.state == "succeeded"
+    assert record.pushed_version == "1"
+
+
+def test_compiling_for_airflow_checks_the_live_server(mariadb, tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("CONVEYOR_MYSQL_PASSWORD", PASSWORD)
+    metadata_at = (
+        f"runtime.metadata={{kind: mysql, host: 127.0.0.1, port: {mariadb.port}, "
+        f"database: {DATABASE}, user: {USER}, password_env: CONVEYOR_MYSQL_PASSWORD}}"
+    )
+    output = tmp_path / "penguin_dag.py"
+    argv = ["compile", "penguin", "--env", "airflow", "--workdir", str(tmp_path)]
+    assert cli.main(argv + ["--output", str(output), "--set", metadata_at]) == 0
+    assert f"'port': {mariadb.port}" in output.read_text()
+    mariadb_down = metadata_at.replace(f"port: {mariadb.port}", "port: 1")
+    assert cli.main(argv + ["--output", str(tmp_path / "no.py"), "--set", mariadb_down]) == 1
+    assert "cannot reach the MySQL metadata database at 127.0.0.1:1" in capsys.readouterr().err
+    assert not (tmp_path / "no.py").exists()
