@@ -13,8 +13,9 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from pipelines import config
+from pipelines import config, orchestration
 from pipelines.config import SpecError
+from pipelines.spans import SpanError
 
 EXIT_BLOCKED = 2  # a gate stopped the run: the data or the model was not good enough
 EXIT_FAILED = 1
@@ -45,6 +46,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
         for env in envs:
             try:
                 loaded = config.load_spec(name, env=env, overrides=args.set)
+                orchestration.check_profile(loaded)
+                if args.connect:
+                    orchestration.check_metadata_reachable(loaded.spec)
             except SpecError as err:
                 failures += 1
                 print(f"FAIL {name} [{env}]: {err}", file=sys.stderr)
@@ -57,14 +61,40 @@ def cmd_validate(args: argparse.Namespace) -> int:
     return 1 if failures else 0
 
 
+def cmd_compile(args: argparse.Namespace) -> int:
+    loaded = config.load_spec(args.pipeline, env=args.env, overrides=args.set)
+    target = orchestration.target_of(loaded, args.target)
+    # The profile's working directory (where the orchestrator's pods see the data), else ours.
+    runtime_workdir = loaded.spec.runtime.workdir
+    workdir = runtime_workdir if runtime_workdir and not args.workdir else str(_workdir(args))
+    output = Path(args.output) if args.output else None
+    output = output or orchestration.default_output(loaded.spec, target, _workdir(args))
+    orchestration.check_profile(loaded, target)  # before TensorFlow is imported
+    written = orchestration.compile_pipeline(loaded, target, workdir, output, tuple(args.set))
+    for path in written:
+        print(f"wrote {path}")
+    return 0
+
+
 def cmd_data(args: argparse.Namespace) -> int:
     from pipelines.datasets import DataPreparationError, prepare
     from pipelines.registry import RunPaths
 
     loaded = _load(args, args.pipeline)
-    paths = RunPaths(workdir=_workdir(args), spec=loaded.spec)
+    spec = loaded.spec
+    paths = RunPaths(workdir=_workdir(args), spec=spec)
+    target = None
+    if spec.data.span_pattern:
+        from pipelines import spans
+
+        if not spec.data.dated_spans:
+            print(f"error: {spec.name}: `data` writes dated spans only", file=sys.stderr)
+            return EXIT_FAILED
+        night = spans.parse_night(args.date or "yesterday")
+        filename = spec.data.prepare.filename if spec.data.prepare else "data.csv"
+        target = spans.prepared_file(spec, paths.input_dir, spans.span_of_date(night), filename)
     try:
-        written = prepare(loaded.spec, paths.input_dir)
+        written = prepare(spec, paths.input_dir, target)
     except DataPreparationError as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_FAILED
@@ -73,37 +103,91 @@ def cmd_data(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from pipelines import nightly, spans
     from pipelines.registry import RunPaths
 
     loaded = _load(args, args.pipeline)
     workdir = _workdir(args)
     paths = RunPaths(workdir=workdir, spec=loaded.spec)
-    if config.csv_columns(paths.input_dir) is None:
+    if not loaded.spec.data.span_pattern and config.csv_columns(paths.input_dir) is None:
         print(
             f"error: no CSV files in {paths.input_dir}. Prepare them with "
             f"`conveyor data {loaded.spec.name} --workdir {workdir}` or put your own there.",
             file=sys.stderr,
         )
         return EXIT_FAILED
-    from pipelines import fingerprint
+    night = spans.parse_night(args.date) if args.date else None
+    try:
+        span = spans.resolve_span(loaded.spec, paths.input_dir, night, args.span)
+    except SpanError as err:
+        wanted = args.span if night is None else spans.span_of_date(night)
+        if loaded.spec.data.span_pattern and wanted is not None:
+            # The night's data never landed: a scheduled run fails, and says so to the webhook.
+            if sent := nightly.alert_missing_night(loaded.spec, wanted, str(err)):
+                print(sent, file=sys.stderr)
+        raise
+    outcome = nightly.run_night(loaded, workdir, span, force=args.force)
+    prefix = "UNCHANGED" if outcome.unchanged else outcome.outcome.upper()
+    print(f"{prefix}: {outcome.message}")
+    if outcome.run_dir:
+        print(f"run record: {outcome.run_dir}")
+    return outcome.exit_code
 
-    previous = None if args.force else fingerprint.unchanged_since(paths)
-    if previous is not None:
-        served = previous["served_versions"]
-        print(
-            f"UNCHANGED: same data, spec, schema and code as run {previous['run_id']}; nothing "
-            f"executed, nothing pushed (serving {'version ' + served[-1] if served else 'nothing'}"
-            "). --force runs the pipeline anyway (every component would be a cache hit)."
-        )
+
+def cmd_backfill(args: argparse.Namespace) -> int:
+    from pipelines import nightly, spans
+
+    loaded = _load(args, args.pipeline)
+    done = nightly.backfill(
+        loaded, _workdir(args), spans.parse_night(args.start), spans.parse_night(args.end)
+    )
+    print(f"{'night':<12} {'outcome':<11} {'ran?':<5} run record")
+    for night, outcome in done:
+        ran = "no" if outcome.unchanged else "yes"
+        print(f"{night.isoformat():<12} {outcome.outcome:<11} {ran:<5} {outcome.run_dir or '-'}")
+    codes = {outcome.exit_code for _, outcome in done}
+    return EXIT_FAILED if EXIT_FAILED in codes else EXIT_BLOCKED if EXIT_BLOCKED in codes else 0
+
+
+def cmd_schedule(args: argparse.Namespace) -> int:
+    from pipelines import nightly
+    from pipelines.spec import ScheduleSpec
+
+    loaded = _load(args, args.pipeline)
+    try:
+        cron = ScheduleSpec(cron=args.cron).cron if args.cron else loaded.spec.schedule.cron
+    except ValueError as err:
+        print(f"error: --cron: {err.errors()[0]['msg']}", file=sys.stderr)  # type: ignore[attr-defined]
+        return EXIT_FAILED
+    line = nightly.cron_line(loaded.spec.name, cron, args.env, _workdir(args))
+    if args.print:
+        print(line)
         return 0
-    from pipelines.runners import local
+    try:
+        nightly.install_crontab(line, loaded.spec.name)
+    except nightly.CrontabError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_FAILED
+    print(f"installed in the crontab: {line}")
+    return 0
 
-    result = local.run(loaded, workdir)
-    print(f"{result.outcome.upper()}: {result.message}")
-    print(f"run record: {result.run_dir}")
-    if result.outcome == "blocked":
-        return EXIT_BLOCKED
-    return 0 if result.ok else EXIT_FAILED
+
+def cmd_lineage(args: argparse.Namespace) -> int:
+    from pipelines.metadata import open_store, pushed_lineage
+    from pipelines.registry import RunPaths
+
+    loaded = _load(args, args.pipeline)
+    paths = RunPaths(workdir=_workdir(args), spec=loaded.spec)
+    store = open_store(loaded.spec, paths.metadata_path)
+    pushes = pushed_lineage(store, loaded.spec.name) if store else []
+    if args.version:
+        pushes = [p for p in pushes if p.version == args.version]
+    if not pushes:
+        print(f"no pushed versions of {loaded.spec.name} recorded in {paths.metadata_path}")
+        return EXIT_FAILED if args.version else 0
+    for push in pushes:
+        print(push.describe())
+    return 0
 
 
 def cmd_runs(args: argparse.Namespace) -> int:
@@ -124,6 +208,65 @@ def cmd_runs(args: argparse.Namespace) -> int:
         ).strftime("%Y-%m-%d %H:%M:%S")
         pushed = f"version {run.pushed_version}" if run.pushed_version else "-"
         print(f"{run.run_id:<40} {started:<20} {run.state:<10} {pushed}")
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from pipelines.report import REPORT_FILE, find_report, recent_run_ids
+
+    workdir = _workdir(args)
+    report = find_report(workdir, args.run_id)
+    if report is None:
+        known = list((workdir / "runs").glob(f"*/{args.run_id}"))
+        recent = recent_run_ids(workdir)
+        why = (
+            f"run {args.run_id} has no {REPORT_FILE}"
+            if known
+            else f"no run {args.run_id} under {workdir / 'runs'}"
+        )
+        listing = ("; recent runs: " + ", ".join(recent)) if recent else "; no runs recorded there"
+        print(f"error: {why}{listing}", file=sys.stderr)
+        return EXIT_FAILED
+    print(report)
+    if args.open:
+        import webbrowser
+
+        webbrowser.open(report.as_uri())
+    return 0
+
+
+def cmd_schema(args: argparse.Namespace) -> int:
+    from pipelines import schema_tools
+    from pipelines.registry import RunPaths
+
+    loaded = _load(args, args.pipeline)
+    spec = loaded.spec
+    paths = RunPaths(workdir=_workdir(args), spec=spec)
+    try:
+        if args.action == "diff":
+            found = schema_tools.diff(spec, paths)
+            print("\n".join(schema_tools.format_diff(found, spec)))
+            return schema_tools.EXIT_DIFFERENT if found.different else 0
+        accepted = schema_tools.accept(spec, paths)
+    except schema_tools.SchemaToolError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_FAILED
+    changed = [c for c in accepted.columns if c.changes]
+    print(f"statistics: {accepted.source.describe()}")
+    if not changed:
+        print(f"nothing to accept: {accepted.schema_path} already fits these statistics.")
+        for column in accepted.columns:  # anomalies update_schema does not resolve
+            for anomaly in column.anomalies:
+                print(f"  still an anomaly: {column.column}: {anomaly}")
+        return 0
+    print(f"updated {accepted.schema_path}:")
+    for column in changed:
+        for change in column.changes:
+            print(f"  {column.column}: {change}")
+    print(
+        "Review the change (e.g. `git diff` on that file) and commit it: the curated schema is "
+        "what the data gate holds every night to."
+    )
     return 0
 
 
@@ -159,10 +302,29 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("pipelines", nargs="*", help="pipeline names or spec paths")
     common(p, workdir=False, env_default=None)  # no --env: every profile
     p.add_argument("--print", action="store_true", help="print the resolved spec")
+    p.add_argument(
+        "--connect", action="store_true", help="also check that a MySQL metadata store answers"
+    )
     p.set_defaults(func=cmd_validate)
+
+    p = sub.add_parser("compile", help="write a Kubeflow PipelineJob or an Airflow DAG file")
+    p.add_argument("pipeline")
+    common(p, env_default="kubeflow")
+    p.add_argument(
+        "--target",
+        choices=["kubeflow", "airflow"],
+        help="orchestrator to compile for (default: the profile's runtime.orchestrator)",
+    )
+    p.add_argument(
+        "--output",
+        help="file to write (default: <workdir>/compiled/kubeflow/NAME.json or "
+        "<workdir>/compiled/airflow/NAME_dag.py)",
+    )
+    p.set_defaults(func=cmd_compile)
 
     p = sub.add_parser("data", help="write a pipeline's input CSV from packaged data")
     p.add_argument("pipeline")
+    p.add_argument("--date", help="dated spans: the night to write (default: yesterday)")
     common(p)
     p.set_defaults(func=cmd_data)
 
@@ -173,14 +335,59 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="run through TFX even when nothing changed since the last successful run",
     )
+    p.add_argument(
+        "--date",
+        help="the night to process: YYYY-MM-DD, today or yesterday (dated spans; default: the "
+        "latest span with data)",
+    )
+    p.add_argument("--span", type=int, help="the span to process ({SPAN} patterns)")
     common(p)
     p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("backfill", help="run the nights from --from to --to in order")
+    p.add_argument("pipeline")
+    p.add_argument("--from", dest="start", required=True, metavar="DATE")
+    p.add_argument("--to", dest="end", required=True, metavar="DATE")
+    common(p)
+    p.set_defaults(func=cmd_backfill)
+
+    p = sub.add_parser("schedule", help="install (or --print) the nightly crontab entry")
+    p.add_argument("pipeline")
+    p.add_argument("--cron", help="cron expression (default: the spec's schedule.cron)")
+    p.add_argument("--print", action="store_true", help="print the line, install nothing")
+    common(p)
+    p.set_defaults(func=cmd_schedule)
+
+    p = sub.add_parser("lineage", help="which spans, schema and code made each pushed version")
+    p.add_argument("pipeline")
+    p.add_argument("--version", help="one pushed version only")
+    common(p)
+    p.set_defaults(func=cmd_lineage)
 
     p = sub.add_parser("runs", help="recent runs from the metadata store")
     p.add_argument("pipeline")
     p.add_argument("--limit", type=int, default=10)
     common(p)
     p.set_defaults(func=cmd_runs)
+
+    p = sub.add_parser("report", help="print (or --open) the HTML report of a run")
+    p.add_argument("run_id", help="a run id, e.g. penguin-20261129T155717.645324Z")
+    p.add_argument("--open", action="store_true", help="open it in a web browser")
+    p.add_argument(
+        "--workdir", help="the working directory (default: $CONVEYOR_WORKDIR or ./.conveyor)"
+    )
+    p.set_defaults(func=cmd_report)
+
+    p = sub.add_parser(
+        "schema",
+        help="compare a curated schema with the latest statistics (diff), or update it (accept)",
+        description="diff exits 0 when the latest statistics match the curated schema, 3 when "
+        "they differ; accept writes the updated schema for you to review and commit.",
+    )
+    p.add_argument("action", choices=("diff", "accept"))
+    p.add_argument("pipeline")
+    common(p)
+    p.set_defaults(func=cmd_schema)
     return parser
 
 
@@ -189,7 +396,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except SpecError as err:
+    except (SpecError, SpanError) as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_FAILED
 

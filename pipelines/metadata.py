@@ -21,7 +21,7 @@ RUN_CONTEXT_TYPE = "pipeline_run"
 NODE_CONTEXT_TYPE = "node"
 PUSHED_MODEL_TYPE = "PushedModel"
 EXAMPLES_TYPE = "Examples"
-GATE_FINDINGS_TYPE = "ConveyorDataGateFindings"  # components.data_gate.component
+GATE_FINDINGS_TYPE = "conveyor.DataGateFindings"  # components.data_gate.component
 
 _STATE_NAMES = {
     metadata_store_pb2.Execution.NEW: "new",

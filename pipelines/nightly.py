@@ -72,6 +72,26 @@ def run_night(
     return NightOutcome(span, result.outcome, result.message, False, result.run_dir)
 
 
+def alert_missing_night(spec, span: int, message: str) -> str | None:
+    """A night whose data never landed is a failed night: the webhook hears about it too."""
+    from types import SimpleNamespace
+
+    from pipelines.alerts import send_alert
+
+    night = spans.date_of_span(span).isoformat() if spec.data.dated_spans else None
+    missing = SimpleNamespace(
+        pipeline=spec.name,
+        run_id=None,
+        outcome="failed",
+        message=message,
+        night=night,
+        span=span,
+        run_dir=None,
+        data_gate=None,
+    )
+    return send_alert(spec, missing)
+
+
 def nights_between(start: datetime.date, end: datetime.date) -> list[datetime.date]:
     if end < start:
         raise spans.SpanError(f"--from {start} is after --to {end}")
@@ -107,6 +127,8 @@ def backfill(
                 f"{spans.span_glob(spec, paths.input_dir, span)}",
                 unchanged=False,
             )
+            if sent := alert_missing_night(spec, span, outcome.message):
+                echo(sent)
         else:
             echo(f"night {night.isoformat()}:")
             outcome = run_night(loaded, workdir, span, echo=echo)

@@ -246,9 +246,9 @@ def _span_window_resolver(ctx: BuildContext, node_id: str) -> None:
 
 def _drift_baseline_resolver(ctx: BuildContext, node_id: str) -> None:
     """The statistics of the last span that passed the data gate: what drift is measured from."""
-    from components.spans import strategy
-
     from tfx import v1 as tfx
+
+    from components.spans import strategy
 
     node = _span_resolver(
         ctx,

@@ -87,8 +87,9 @@ class DataSpec(StrictModel):
     window_spans: int = Field(
         default=1,
         ge=1,
-        description="The trainer learns from the last N spans (resolved through ML Metadata); "
-        "statistics, the data gate and the evaluation look at this night's span only.",
+        description="The trainer learns from this span and those among the N-1 before it whose "
+        "own night's model was blessed (resolved through ML Metadata); statistics, the data "
+        "gate and the evaluation look at this night's span only.",
     )
     drift: dict[Identifier, Annotated[float, Field(gt=0)]] = Field(
         default_factory=dict,
@@ -331,6 +332,140 @@ class MetadataSpec(StrictModel):
         return self
 
 
+class Orchestrator(str, enum.Enum):
+    """What runs the pipeline: `conveyor run` (local) or what `conveyor compile` writes for."""
+
+    LOCAL = "local"
+    KUBEFLOW = "kubeflow"
+    AIRFLOW = "airflow"
+
+
+_MEMORY = re.compile(r"^(\d+(?:\.\d+)?)(K|M|G|T|Ki|Mi|Gi|Ti)?$")
+_MEMORY_GB = {None: 1e-9, "K": 1e-6, "M": 1e-3, "G": 1.0, "T": 1e3}
+_MEMORY_GB.update({"Ki": 2**10 / 1e9, "Mi": 2**20 / 1e9, "Gi": 2**30 / 1e9, "Ti": 2**40 / 1e9})
+# registry[:port]/path[:tag|@sha256:digest], lower case as Docker requires.
+_IMAGE = re.compile(
+    r"^[a-z0-9]+([._-][a-z0-9]+)*(\.[a-z0-9-]+)*(:[0-9]+)?(/[a-z0-9]+([._-][a-z0-9]+)*)*"
+    r"(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}|@sha256:[0-9a-f]{64})?$"
+)
+
+
+class ResourcesSpec(StrictModel):
+    """What one node's container asks for on Kubeflow Pipelines / Vertex AI."""
+
+    cpu: float | None = Field(default=None, gt=0, description="vCPU limit.")
+    memory: str | None = Field(default=None, description="Memory limit, e.g. 8Gi or 16G.")
+    gpu: int = Field(default=0, ge=0, description="Number of GPUs (accelerators).")
+    gpu_type: str | None = Field(
+        default=None, description="Accelerator type, e.g. NVIDIA_TESLA_T4 (needed with gpu)."
+    )
+
+    @field_validator("memory")
+    @classmethod
+    def _memory_form(cls, value: str | None) -> str | None:
+        if value is not None and not _MEMORY.match(value):
+            raise ValueError(f"memory {value!r} is not a quantity like 512Mi, 8Gi or 16G")
+        return value
+
+    @model_validator(mode="after")
+    def _gpu_type_with_gpu(self) -> ResourcesSpec:
+        if self.gpu and not self.gpu_type:
+            raise ValueError("gpu needs gpu_type (e.g. NVIDIA_TESLA_T4, NVIDIA_L4)")
+        if self.gpu_type and not self.gpu:
+            raise ValueError(f"gpu_type {self.gpu_type!r} is set but gpu is 0")
+        return self
+
+    @property
+    def memory_gb(self) -> float | None:
+        """The memory limit in GB (10^9 bytes), as KFP's ResourceSpec takes it."""
+        if self.memory is None:
+            return None
+        number, unit = _MEMORY.match(self.memory).groups()
+        return float(number) * _MEMORY_GB[unit]
+
+
+class ContainerSpec(StrictModel):
+    """The pipeline image (built from the repository's Dockerfile) and what each node asks for."""
+
+    image: str | None = Field(
+        default=None, description="Image every node runs in; needed by orchestrator kubeflow."
+    )
+    project_root: str = Field(
+        default="/conveyor", description="Where the Dockerfile puts the project in the image."
+    )
+    resources: dict[Identifier, ResourcesSpec] = Field(
+        default_factory=dict,
+        description="Node id (or `default`, for every node) -> its container's resources.",
+    )
+
+    @field_validator("image")
+    @classmethod
+    def _image_form(cls, value: str | None) -> str | None:
+        if value is not None and not _IMAGE.match(value):
+            raise ValueError(
+                f"image {value!r} is not an image reference (registry/path:tag or @sha256:digest)"
+            )
+        return value
+
+
+_BEAM_RUNNERS = {
+    # runner -> options it cannot start without
+    "DirectRunner": (),
+    "DataflowRunner": ("project", "region", "temp_location"),
+    "FlinkRunner": ("flink_master",),
+    "SparkRunner": ("spark_master_url",),
+    "PortableRunner": ("job_endpoint",),
+}
+_DIRECT_MODES = ("in_memory", "multi_threading", "multi_processing")
+
+
+def parse_beam_args(args: tuple[str, ...] | list[str]) -> dict[str, list[str]]:
+    """`--key=value`, `--key value` and `--flag` Beam arguments -> {key: [values]}."""
+    options: dict[str, list[str]] = {}
+    key = None
+    for arg in args:
+        if arg.startswith("--") and len(arg) > 2:
+            key, sep, value = arg[2:].partition("=")
+            options.setdefault(key, [])
+            if sep:
+                options[key].append(value)
+                key = None
+        elif key is not None:
+            options[key].append(arg)
+            key = None
+        else:
+            raise ValueError(f"{arg!r} is neither --option nor the value of one")
+    return options
+
+
+def check_beam_args(args: tuple[str, ...] | list[str]) -> str:
+    """Validates the Beam arguments a profile gives and returns the runner they choose."""
+    options = parse_beam_args(args)
+    runner = (options.get("runner") or ["DirectRunner"])[-1]
+    if runner not in _BEAM_RUNNERS:
+        raise ValueError(f"unknown runner {runner!r} (known: {', '.join(_BEAM_RUNNERS)})")
+    missing = [f"--{k}" for k in _BEAM_RUNNERS[runner] if not options.get(k)]
+    if missing:
+        raise ValueError(f"{runner} needs {', '.join(missing)}")
+    direct = sorted(k for k in options if k.startswith("direct_"))
+    if runner != "DirectRunner" and direct:
+        raise ValueError(f"{', '.join(direct)} only apply to DirectRunner, not {runner}")
+    for mode in options.get("direct_running_mode", []):
+        if mode not in _DIRECT_MODES:
+            raise ValueError(
+                f"--direct_running_mode={mode} is not one of {', '.join(_DIRECT_MODES)}"
+            )
+    for workers in options.get("direct_num_workers", []):
+        if not workers.isdigit():
+            raise ValueError(f"--direct_num_workers={workers} is not a count (0: every core)")
+    if runner == "DataflowRunner":
+        for key in ("temp_location", "staging_location"):
+            for location in options.get(key, []):
+                if not location.startswith("gs://"):
+                    raise ValueError(f"--{key}={location} must be a gs:// path")
+    return runner
+
+
 class RuntimeSpec(StrictModel):
     """Where and how a run executes; profiles in `configs/` set these."""
 
@@ -342,6 +477,35 @@ class RuntimeSpec(StrictModel):
         description="Name of the environment variable holding a URL that is POSTed a JSON "
         "alert when a run is blocked or fails (nothing is sent when it is unset or empty).",
     )
+    orchestrator: Orchestrator = Field(
+        default=Orchestrator.LOCAL,
+        description="`local` (conveyor run) or what `conveyor compile` writes: kubeflow, airflow.",
+    )
+    workdir: str | None = Field(
+        default=None,
+        description="Working directory a compiled pipeline uses (data, pipeline_root, serving); "
+        "e.g. /gcs/BUCKET/conveyor on Vertex AI. Unset: compile's --workdir.",
+    )
+    container: ContainerSpec = ContainerSpec()
+
+    @field_validator("beam_args")
+    @classmethod
+    def _beam_args_valid(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        check_beam_args(value)
+        return value
+
+    @model_validator(mode="after")
+    def _kubeflow_has_an_image(self) -> RuntimeSpec:
+        if self.orchestrator is Orchestrator.KUBEFLOW and not self.container.image:
+            raise ValueError(
+                "orchestrator 'kubeflow' needs container.image (the pipeline image built "
+                "from the Dockerfile)"
+            )
+        return self
+
+    @property
+    def beam_runner(self) -> str:
+        return check_beam_args(self.beam_args)
 
 
 _CRON_ALIASES = ("@hourly", "@daily", "@weekly", "@monthly", "@yearly")
@@ -368,6 +532,12 @@ class ScheduleSpec(StrictModel):
                 f"cron {value!r} needs five fields (minute hour day month weekday) or one of "
                 f"{', '.join(_CRON_ALIASES)}"
             )
+        try:  # croniter is what Airflow parses schedules with
+            from croniter import croniter
+        except ImportError:  # pragma: no cover - installed with Airflow from the lock
+            croniter = None
+        if croniter is not None and not croniter.is_valid(" ".join(fields)):
+            raise ValueError(f"cron {value!r} is not a schedule Airflow (croniter) can parse")
         return " ".join(fields)
 
 
@@ -441,6 +611,28 @@ class PipelineSpec(StrictModel):
         }:
             raise ValueError(
                 "trainer.warm_start needs a `warm_start_resolver` component before the trainer "
+                "in `components`"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _span_features_have_their_nodes(self) -> PipelineSpec:
+        order = [c.type for c in self.components]
+
+        def before(first: str, then: str) -> bool:
+            return first in order and then in order and order.index(first) < order.index(then)
+
+        # Earlier spans join the window once their night's model is blessed: no evaluator, none.
+        if self.data.window_spans > 1 and not (
+            before("span_window_resolver", "trainer") and "evaluator" in order
+        ):
+            raise ValueError(
+                "data.window_spans above 1 needs a `span_window_resolver` component before the "
+                "trainer and an `evaluator` in `components`"
+            )
+        if self.data.drift and not before("drift_baseline_resolver", "data_gate"):
+            raise ValueError(
+                "data.drift needs a `drift_baseline_resolver` component before the `data_gate` "
                 "in `components`"
             )
         return self

@@ -37,7 +37,8 @@ _MEASURES = {
 class DataGateFindings(artifact.Artifact):
     """What the data gate measured: `findings.json` (anomalies, drift and skew distances)."""
 
-    TYPE_NAME = "ConveyorDataGateFindings"
+    # `namespace.Name`: the form Kubeflow Pipelines requires of artifact types, used everywhere.
+    TYPE_NAME = "conveyor.DataGateFindings"
 
 
 class DataGateError(RuntimeError):

@@ -33,6 +33,23 @@ def test_light_commands_import_no_tensorflow(argv, tmp_path):
     assert "HEAVY []" in done.stdout
 
 
+def test_report_prints_the_path_without_importing_tensorflow(tmp_path):
+    run_id = "penguin-20261129T020000.000000Z"
+    report = tmp_path / ".conveyor" / "runs" / "penguin" / run_id / "report.html"
+    report.parent.mkdir(parents=True)
+    report.write_text("<html></html>")
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE.format(argv=["report", run_id])],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[0] == str(report)
+    assert "HEAVY []" in done.stdout
+
+
 def test_help_lists_the_commands(capsys):
     with pytest.raises(SystemExit) as exited:
         cli.main(["--help"])

@@ -114,3 +114,37 @@ def test_gate_without_a_previous_span_measures_no_drift():
 def test_run_refuses_a_date_it_cannot_read(bad, tmp_path, capsys):
     assert cli.main(["run", "taxi", "--workdir", str(tmp_path), "--date", bad]) == 1
     assert f"--date {bad!r}: expected YYYY-MM-DD" in capsys.readouterr().err
+
+
+def test_a_night_whose_data_never_landed_fails_and_alerts_the_webhook(tmp_path, capsys):
+    import http.server
+    import json
+    import threading
+
+    received = []
+
+    class Hook(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):  # noqa: N802 - http.server's name
+            received.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+            self.send_response(204)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Hook)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    os.environ["CONVEYOR_TEST_HOOK"] = f"http://127.0.0.1:{server.server_port}/"
+    try:
+        code = cli.main(
+            ["run", "taxi", "--workdir", str(tmp_path), "--date", "2026-11-28"]
+            + ["--set", "runtime.alert_webhook_env=CONVEYOR_TEST_HOOK"]
+        )
+    finally:
+        del os.environ["CONVEYOR_TEST_HOOK"]
+        server.shutdown()
+    assert code == 1
+    assert "no data for 2026-11-28 (span 20785)" in capsys.readouterr().err
+    (alert,) = received
+    assert (alert["outcome"], alert["night"], alert["span"]) == ("failed", "2026-11-28", 20785)
+    assert alert["reason"].startswith("taxi: no data for 2026-11-28")

@@ -15,6 +15,8 @@ PAIRS = [(name, env) for name in config.list_pipelines() for env in config.list_
 def test_the_project_ships_both_reference_pipelines_and_profiles():
     assert {"penguin", "taxi"} <= set(config.list_pipelines())
     assert {"local", "ci"} <= set(config.list_profiles())
+    # penguin is the default chain; taxi is the nightly one (drift, window, warm start).
+    assert [c.type for c in load_spec("penguin").spec.components] == list(DEFAULT_COMPONENTS)
 
 
 @pytest.mark.parametrize(("name", "env"), PAIRS)
@@ -27,11 +29,11 @@ def test_every_spec_loads_validates_and_builds(name, env, tmp_path):
     pipeline = build_pipeline(spec, tmp_path)
 
     # TFX orders nodes topologically; ids come from the spec, one node per component.
-    assert len(pipeline.components) == len(DEFAULT_COMPONENTS) == 9
-    assert sorted(node.id for node in pipeline.components) == sorted(DEFAULT_COMPONENTS)
+    spec_ids = sorted(c.id for c in spec.components)
+    assert sorted(node.id for node in pipeline.components) == spec_ids
     ir = compiler.Compiler().compile(pipeline)
     compiled_ids = [n.pipeline_node.node_info.id for n in ir.nodes]
-    assert sorted(compiled_ids) == sorted(DEFAULT_COMPONENTS)
+    assert sorted(compiled_ids) == spec_ids
     assert ir.pipeline_info.id == name
     # Everything a run writes lives under the working directory.
     root = ir.runtime_spec.pipeline_root.runtime_parameter.default_value.string_value
@@ -105,7 +107,9 @@ def test_unknown_component_type_lists_the_known_ones(tmp_path):
 
 
 def test_unknown_profile_and_pipeline_list_what_exists():
-    with pytest.raises(SpecError, match=r"unknown environment profile 'prod'.*known profiles: ci"):
+    with pytest.raises(
+        SpecError, match=r"unknown environment profile 'prod'.*known profiles: .*\bci, "
+    ):
         load_spec("penguin", env="prod")
     with pytest.raises(SpecError, match=r"unknown pipeline 'pengiun'.*known pipelines: penguin"):
         load_spec("pengiun")
@@ -177,9 +181,26 @@ def test_thresholds_gate_the_whole_evaluation_set_not_each_slice():
     assert [list(s.feature_keys) for s in gate.slicing_specs] == [[]]
     assert gate.threshold.value_threshold.lower_bound.value == 0.6
     assert gate.threshold.change_threshold.absolute.value == -0.01
-    assert not accuracy.HasField("threshold") and not auc.per_slice_thresholds
+    (auc_gate,) = auc.per_slice_thresholds
+    assert [list(s.feature_keys) for s in auc_gate.slicing_specs] == [[]]
+    assert not auc_gate.threshold.HasField("change_threshold")
+    assert not accuracy.HasField("threshold") and not auc.HasField("threshold")
 
 
 def test_warm_start_without_its_resolver_is_refused_at_validation():
     with pytest.raises(SpecError, match="needs a `warm_start_resolver` component before the"):
         load_spec("penguin", overrides=["trainer.warm_start=true"])
+
+
+def test_an_empty_mapping_clears_what_a_lower_layer_set():
+    assert load_spec("taxi").spec.data.drift
+    cleared = load_spec(
+        "taxi",
+        overrides=[
+            "data.drift={}",
+            "components=[{type: csv_example_gen}, {type: statistics_gen}]",
+            "data.window_spans=1",
+            "trainer.warm_start=false",
+        ],
+    ).spec
+    assert cleared.data.drift == {}
