@@ -23,7 +23,7 @@ PUSHED_MODEL_TYPE = "PushedModel"
 EXAMPLES_TYPE = "Examples"
 GATE_FINDINGS_TYPE = "conveyor.DataGateFindings"  # components.data_gate.component
 
-_STATE_NAMES = {
+STATE_NAMES = {
     metadata_store_pb2.Execution.NEW: "new",
     metadata_store_pb2.Execution.RUNNING: "running",
     metadata_store_pb2.Execution.COMPLETE: "executed",
@@ -87,8 +87,9 @@ def _span(artifact) -> int | None:
     return None
 
 
-def _custom(artifact_or_execution, key: str):
-    if key not in artifact_or_execution.custom_properties:
+def custom_property(artifact_or_execution, key: str):
+    """A custom property's value (int, string...), or None when it or its owner is absent."""
+    if artifact_or_execution is None or key not in artifact_or_execution.custom_properties:
         return None
     value = artifact_or_execution.custom_properties[key]
     kind = value.WhichOneof("value")  # int_value, string_value, ...
@@ -113,7 +114,7 @@ def run_record(store: metadata_store.MetadataStore, context) -> RunRecord:
         )
         # TFX names node contexts `<pipeline>.<node id>`.
         node_id = node_name.split(".", 1)[-1] if node_name else f"execution {execution.id}"
-        state = _STATE_NAMES.get(execution.last_known_state, "unknown")
+        state = STATE_NAMES.get(execution.last_known_state, "unknown")
         failed |= state == "failed"
         running |= state in ("new", "running")
         seconds = max(0, execution.last_update_time_since_epoch - execution.create_time_since_epoch)
@@ -134,9 +135,9 @@ def run_record(store: metadata_store.MetadataStore, context) -> RunRecord:
             if state != "executed":
                 continue  # a cached Pusher's output records an earlier run's push
             if "pushed" in artifact.custom_properties:
-                if _custom(artifact, "pushed"):
-                    pushed_version = _custom(artifact, "pushed_version")
-                push_reason = _custom(artifact, "conveyor_reason")
+                if custom_property(artifact, "pushed"):
+                    pushed_version = custom_property(artifact, "pushed_version")
+                push_reason = custom_property(artifact, "conveyor_reason")
     state = "failed" if failed else "running" if running else "succeeded"
     return RunRecord(
         run_id=context.name,
@@ -253,7 +254,7 @@ def pushed_lineage(store: metadata_store.MetadataStore, pipeline_name: str) -> l
     pushes = [
         a
         for a in store.get_artifacts_by_context(pipeline.id)
-        if type_names.get(a.type_id) == PUSHED_MODEL_TYPE and _custom(a, "pushed")
+        if type_names.get(a.type_id) == PUSHED_MODEL_TYPE and custom_property(a, "pushed")
     ]
     lineage = []
     for push in sorted(pushes, key=lambda a: a.id):
@@ -277,12 +278,12 @@ def pushed_lineage(store: metadata_store.MetadataStore, pipeline_name: str) -> l
         schema = next((a for a in inputs if type_names.get(a.type_id) == "Schema"), None)
         code_version = None
         if trainer is not None:
-            raw = _custom(trainer, "custom_config")
+            raw = custom_property(trainer, "custom_config")
             if raw:
                 code_version = json.loads(raw).get("code_version")
         lineage.append(
             PushLineage(
-                version=str(_custom(push, "pushed_version")),
+                version=str(custom_property(push, "pushed_version")),
                 run_id=_run_of(store, pusher.id),
                 pushed_at_ms=push.create_time_since_epoch,
                 model_uri=model.uri if model is not None else "",

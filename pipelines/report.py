@@ -26,8 +26,6 @@ from typing import Any
 from pipelines.registry import RunPaths
 
 REPORT_FILE = "report.html"
-RUN_CONTEXT_TYPE = "pipeline_run"
-NODE_CONTEXT_TYPE = "node"
 TOP_VALUES = 5
 
 _CSS = """
@@ -106,7 +104,7 @@ def read_run(store, run_id: str) -> dict[str, NodeArtifacts]:
     """Node id -> its execution's artifacts in the run `run_id` ({} when it is not recorded)."""
     from ml_metadata.proto import metadata_store_pb2
 
-    from pipelines.metadata import _STATE_NAMES
+    from pipelines.metadata import NODE_CONTEXT_TYPE, RUN_CONTEXT_TYPE, STATE_NAMES
 
     context = store.get_context_by_type_and_name(RUN_CONTEXT_TYPE, run_id)
     if context is None:
@@ -123,7 +121,7 @@ def read_run(store, run_id: str) -> dict[str, NodeArtifacts]:
             if node_type is not None and c.type_id == node_type.id
         ]
         node_id = names[0].split(".", 1)[-1] if names else f"execution {execution.id}"
-        node = NodeArtifacts(node_id, _STATE_NAMES.get(execution.last_known_state, "unknown"))
+        node = NodeArtifacts(node_id, STATE_NAMES.get(execution.last_known_state, "unknown"))
         events = store.get_events_by_execution_ids([execution.id])
         artifacts = {a.id: a for a in store.get_artifacts_by_id([e.artifact_id for e in events])}
         for ev in events:
@@ -142,11 +140,9 @@ def read_run(store, run_id: str) -> dict[str, NodeArtifacts]:
 
 
 def _custom(artifact, key: str):
-    if artifact is None or key not in artifact.custom_properties:
-        return None
-    value = artifact.custom_properties[key]
-    kind = value.WhichOneof("value")
-    return getattr(value, kind) if kind else None
+    from pipelines.metadata import custom_property
+
+    return custom_property(artifact, key)
 
 
 def _find_output(nodes: dict[str, NodeArtifacts], type_name: str):
