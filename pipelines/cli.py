@@ -333,7 +333,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--force",
         action="store_true",
-        help="run through TFX even when nothing changed since the last successful run",
+        help="run through TFX even when nothing changed since the last run with a final outcome",
     )
     p.add_argument(
         "--date",

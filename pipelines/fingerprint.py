@@ -1,11 +1,13 @@
 """Knowing, before importing TFX, that a run would change nothing.
 
 Importing TensorFlow and TFX costs about 20 s here, more than an unchanged re-run's actual work
-(every component a cache hit). After each successful run the local runner records a fingerprint
-of everything that decides its outputs: the resolved spec, Conveyor's code, the dependency lock,
-the curated schema and the input files (name, size, modification time, as CsvExampleGen's own
-fingerprint uses). `conveyor run` compares it first; when nothing changed and the served
-versions are as that run left them, it says so and stops without importing anything heavy.
+(every component a cache hit). After each run with a final outcome (pushed, not pushed, blocked:
+what the same inputs would give again; a failure is always retried) the local runner records a
+fingerprint of everything that decides its outputs: the resolved spec, Conveyor's code, the
+dependency lock, the curated schema and the input files (name, size, modification time, as
+CsvExampleGen's own fingerprint uses), per span for a spec with spans. `conveyor run` compares
+it first; when nothing changed (and, without spans, the served versions are as that run left
+them), it says so and stops without importing anything heavy.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from pipelines.registry import RunPaths
 from pipelines.spans import span_files
 from pipelines.spec import SchemaSource
 
-LATEST_FILE = "latest_success.json"
+LATEST_FILE = "latest_outcome.json"  # the last final outcome of an unspanned pipeline
 NIGHTS_DIR = "nights"  # one record per span: `<runs_dir>/nights/span-<n>.json`
 # Outcomes a re-run with nothing changed would repeat exactly (a failure is always retried).
 FINAL_OUTCOMES = ("pushed", "not_pushed", "blocked")

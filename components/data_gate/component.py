@@ -54,10 +54,11 @@ class DataGateError(RuntimeError):
 
 def describe_anomalies(anomalies_by_split: dict[str, anomalies_pb2.Anomalies]) -> list[str]:
     """One 'column (split): what is wrong' string per anomaly, columns sorted."""
-    return [
-        f"{a['column']} ({a['split']} split): {a['description']}"
-        for a in anomaly_rows(anomalies_by_split)
-    ]
+    return [_anomaly_text(a) for a in anomaly_rows(anomalies_by_split)]
+
+
+def _anomaly_text(row: dict[str, str]) -> str:
+    return f"{row['column']} ({row['split']} split): {row['description']}"
 
 
 def anomaly_rows(anomalies_by_split: dict[str, anomalies_pb2.Anomalies]) -> list[dict[str, str]]:
@@ -197,9 +198,8 @@ def _describe_span(examples) -> str:
 
 
 def problems_of(findings: dict[str, Any]) -> list[str]:
-    problems = [
-        f"{a['column']} ({a['split']} split): {a['description']}" for a in findings["anomalies"]
-    ]
+    """Every anomaly and every breached distance, one line each."""
+    problems = [_anomaly_text(a) for a in findings["anomalies"]]
     for kind, against in (("drift", findings.get("drift_against")), ("skew", "serving data")):
         for row in findings[kind]:
             if row["breached"]:

@@ -30,29 +30,6 @@ DATA_GATE_TYPE_SUFFIX = ".DataGate"
 _ACCEPTING_STATES = (metadata_store_pb2.Execution.COMPLETE, metadata_store_pb2.Execution.CACHED)
 
 
-def accepted_artifact_ids(store, artifact_ids: list[int]) -> set[int]:
-    """The artifacts among `artifact_ids` a data gate execution consumed and passed."""
-    if not artifact_ids:
-        return set()
-    events = [
-        e
-        for e in store.get_events_by_artifact_ids(artifact_ids)
-        if e.type == metadata_store_pb2.Event.INPUT
-    ]
-    executions = {x.id: x for x in store.get_executions_by_id({e.execution_id for e in events})}
-    type_names = {
-        t.id: t.name
-        for t in store.get_execution_types_by_id({x.type_id for x in executions.values()})
-    }
-    return {
-        e.artifact_id
-        for e in events
-        if e.execution_id in executions
-        and executions[e.execution_id].last_known_state in _ACCEPTING_STATES
-        and type_names.get(executions[e.execution_id].type_id, "").endswith(DATA_GATE_TYPE_SUFFIX)
-    }
-
-
 def _executions_of_type(store, execution_ids, suffix: str) -> list:
     executions = store.get_executions_by_id(list(execution_ids)) if execution_ids else []
     names = {t.id: t.name for t in store.get_execution_types_by_id({x.type_id for x in executions})}
@@ -69,14 +46,24 @@ def _linked(store, execution_ids, event_type) -> list[int]:
     ]
 
 
-def _consumers(store, artifact_ids) -> set[int]:
+def _input_events_of(store, artifact_ids) -> list:
     if not artifact_ids:
-        return set()
-    return {
-        e.execution_id
+        return []
+    return [
+        e
         for e in store.get_events_by_artifact_ids(list(artifact_ids))
         if e.type == metadata_store_pb2.Event.INPUT
-    }
+    ]
+
+
+def _consumers(store, artifact_ids) -> set[int]:
+    return {e.execution_id for e in _input_events_of(store, artifact_ids)}
+
+
+def _passed_gates(store, events) -> set[int]:
+    """The data gate executions among the consumers in `events` that passed (or were cached)."""
+    gates = _executions_of_type(store, {e.execution_id for e in events}, DATA_GATE_TYPE_SUFFIX)
+    return {x.id for x in gates if x.last_known_state in _ACCEPTING_STATES}
 
 
 def blessed_artifact_ids(store, examples_ids: list[int]) -> set[int]:
@@ -173,34 +160,30 @@ class AcceptedPreviousStatisticsStrategy(resolver.ResolverStrategy):
 
     def resolve_artifacts(self, store, input_dict):
         current = _current(input_dict, STATISTICS_KEY)
-        if current is None:
+        current_span = self._source_span(store, current.id) if current is not None else None
+        if current_span is None:
             return {**input_dict, STATISTICS_KEY: [], SOURCE_EXAMPLES_KEY: []}
-        current_span = self._source_span(store, current.id)
         candidates = {a.id: a for a in input_dict.get(CANDIDATES_KEY) or []}
-        accepted = accepted_artifact_ids(store, list(candidates))
-        # The accepting gate executions also consumed the examples: their span is the night's.
-        gate_inputs = [
-            e
-            for e in store.get_events_by_artifact_ids(list(accepted))
-            if e.type == metadata_store_pb2.Event.INPUT and _key(e) == STATISTICS_KEY
-        ]
+        events = _input_events_of(store, candidates)
+        gates = _passed_gates(store, events)
+        statistics_of_gate = {
+            e.execution_id: e.artifact_id
+            for e in events
+            if e.execution_id in gates and _key(e) == STATISTICS_KEY
+        }
+        # Each passed gate also consumed its night's examples: their span is the night's.
         by_span: dict[int, tuple[object, int]] = {}
-        for event in _input_events(store, {e.execution_id for e in gate_inputs}):
-            if _key(event) != EXAMPLES_KEY:
+        for event in _input_events(store, gates):
+            if _key(event) != EXAMPLES_KEY or event.execution_id not in statistics_of_gate:
                 continue
             (examples,) = store.get_artifacts_by_id([event.artifact_id])
             span = span_of(examples)
-            statistics_ids = [
-                e.artifact_id
-                for e in gate_inputs
-                if e.execution_id == event.execution_id and e.artifact_id in candidates
-            ]
-            if span is None or current_span is None or span >= current_span:
+            if span is None or span >= current_span:
                 continue
-            for statistics_id in statistics_ids:
-                kept = by_span.get(span)
-                if kept is None or statistics_id > kept[0].id:
-                    by_span[span] = (candidates[statistics_id], examples.id)
+            statistics = candidates[statistics_of_gate[event.execution_id]]
+            kept = by_span.get(span)
+            if kept is None or statistics.id > kept[0].id:
+                by_span[span] = (statistics, examples.id)
         if not by_span:
             return {**input_dict, STATISTICS_KEY: [], SOURCE_EXAMPLES_KEY: []}
         statistics, examples_id = by_span[max(by_span)]

@@ -310,10 +310,8 @@ def read_warm_start(
         )
     base_features = FeatureSet.from_dict(previous.pop("feature_set"))
     current = json.loads(json.dumps(_architecture(features, trainer), sort_keys=True))
-    stored = json.loads(json.dumps(_architecture(base_features, trainer), sort_keys=True))
-    stored["hidden_units"] = previous["hidden_units"]
-    if stored != current:
-        differences = _differences(stored, current)
+    if previous != current:  # what is left of the record is the base model's _architecture
+        differences = _differences(previous, current)
         raise TrainerConfigError(
             "warm start refused: the feature set or network changed since the served model "
             f"({'; '.join(differences)}); train from scratch (trainer.warm_start: false)"
