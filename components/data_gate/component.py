@@ -27,6 +27,7 @@ from tfx.types import artifact, artifact_utils
 ANOMALIES_FILE = "SchemaDiff.pb"  # as tfx.components.example_validator.executor writes it
 STATS_FILE = "FeatureStats.pb"  # as tfx.components.statistics_gen.executor writes it
 FINDINGS_FILE = "findings.json"
+SKEW_REFERENCE = "serving data"
 GATED_SPLIT = "train"  # drift and skew are measured on what the trainer would learn from
 _MEASURES = {
     anomalies_pb2.DriftSkewInfo.Measurement.L_INFTY: "L-infinity",
@@ -200,7 +201,7 @@ def _describe_span(examples) -> str:
 def problems_of(findings: dict[str, Any]) -> list[str]:
     """Every anomaly and every breached distance, one line each."""
     problems = [_anomaly_text(a) for a in findings["anomalies"]]
-    for kind, against in (("drift", findings.get("drift_against")), ("skew", "serving data")):
+    for kind, against in (("drift", findings.get("drift_against")), ("skew", SKEW_REFERENCE)):
         for row in findings[kind]:
             if row["breached"]:
                 problems.append(
@@ -247,11 +248,13 @@ def DataGate(  # noqa: N802 - TFX names components like classes
         limits.get("drift") or {},
         limits.get("skew") or {},
     )
+    drift_against = _describe_span(previous_examples) if previous is not None else None
     result: dict[str, Any] = {
         "anomalies": anomaly_rows(read_anomalies(anomalies)),
-        "drift": drift_rows,
-        "skew": skew_rows,
-        "drift_against": _describe_span(previous_examples) if previous is not None else None,
+        # Each row names what it was measured against (the report's tables show it).
+        "drift": [{**row, "against": drift_against} for row in drift_rows],
+        "skew": [{**row, "against": SKEW_REFERENCE} for row in skew_rows],
+        "drift_against": drift_against,
         "notes": [],
     }
     if limits.get("drift") and previous is None:

@@ -118,6 +118,7 @@ def test_night_3_drifted_fares_are_blocked_before_training(week):
     assert states["data_gate"] == "failed" and "trainer" not in states
     (fare,) = [row for row in summary["data_gate"]["drift"] if row["column"] == "fare"]
     assert fare["breached"] and fare["distance"] > fare["threshold"] == 0.25
+    assert fare["against"] == "span 20781 (2026-11-24)"
     # Serving still sends fares in dollars: the training data is skewed from it too.
     assert "fare: skew Jensen-Shannon" in third.message
     assert {r["column"] for r in summary["data_gate"]["skew"] if r["breached"]} == {"fare"}
