@@ -126,6 +126,11 @@ def _quiet_libraries() -> None:
 
     # google-api-core warns once per module about Python 3.10, which TFX 1.16 requires.
     warnings.filterwarnings("ignore", category=FutureWarning)
+    # TFMA divides by zero for the confusion-matrix thresholds no example reaches (a NaN the
+    # report shows as such); the RuntimeWarning it prints mid-progress is noise.
+    warnings.filterwarnings(
+        "ignore", category=RuntimeWarning, module="tensorflow_model_analysis.metrics"
+    )
     # Level 3: TF's C++ start-up logs (CUDA plugin registration on a CPU machine) are noise;
     # failures still surface as Python exceptions.
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
