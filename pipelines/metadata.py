@@ -96,6 +96,24 @@ def custom_property(artifact_or_execution, key: str):
     return getattr(value, kind) if kind else None
 
 
+def node_id_of(store: metadata_store.MetadataStore, execution, node_type_id: int | None) -> str:
+    """The pipeline node an execution ran for (TFX names node contexts `<pipeline>.<node>`)."""
+    name = next(
+        (
+            c.name
+            for c in store.get_contexts_by_execution(execution.id)
+            if c.type_id == node_type_id
+        ),
+        "",
+    )
+    return name.split(".", 1)[-1] if name else f"execution {execution.id}"
+
+
+def statistics_file(statistics_uri: str, split: str) -> Path:
+    """Where StatisticsGen writes one split's DatasetFeatureStatisticsList."""
+    return Path(statistics_uri) / f"Split-{split}" / "FeatureStats.pb"
+
+
 def run_record(store: metadata_store.MetadataStore, context) -> RunRecord:
     executions = store.get_executions_by_context(context.id)
     node_type_id = store.get_context_type(NODE_CONTEXT_TYPE).id
@@ -104,16 +122,7 @@ def run_record(store: metadata_store.MetadataStore, context) -> RunRecord:
     failed = running = False
     type_names = {t.id: t.name for t in store.get_artifact_types()}
     for execution in sorted(executions, key=lambda e: e.id):
-        node_name = next(
-            (
-                c.name
-                for c in store.get_contexts_by_execution(execution.id)
-                if c.type_id == node_type_id
-            ),
-            "",
-        )
-        # TFX names node contexts `<pipeline>.<node id>`.
-        node_id = node_name.split(".", 1)[-1] if node_name else f"execution {execution.id}"
+        node_id = node_id_of(store, execution, node_type_id)
         state = STATE_NAMES.get(execution.last_known_state, "unknown")
         failed |= state == "failed"
         running |= state in ("new", "running")

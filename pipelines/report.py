@@ -104,7 +104,7 @@ def read_run(store, run_id: str) -> dict[str, NodeArtifacts]:
     """Node id -> its execution's artifacts in the run `run_id` ({} when it is not recorded)."""
     from ml_metadata.proto import metadata_store_pb2
 
-    from pipelines.metadata import NODE_CONTEXT_TYPE, RUN_CONTEXT_TYPE, STATE_NAMES
+    from pipelines.metadata import NODE_CONTEXT_TYPE, RUN_CONTEXT_TYPE, STATE_NAMES, node_id_of
 
     context = store.get_context_by_type_and_name(RUN_CONTEXT_TYPE, run_id)
     if context is None:
@@ -115,12 +115,7 @@ def read_run(store, run_id: str) -> dict[str, NodeArtifacts]:
     output_types = {event.OUTPUT, event.DECLARED_OUTPUT}
     nodes: dict[str, NodeArtifacts] = {}
     for execution in sorted(store.get_executions_by_context(context.id), key=lambda e: e.id):
-        names = [
-            c.name
-            for c in store.get_contexts_by_execution(execution.id)
-            if node_type is not None and c.type_id == node_type.id
-        ]
-        node_id = names[0].split(".", 1)[-1] if names else f"execution {execution.id}"
+        node_id = node_id_of(store, execution, node_type.id if node_type else None)
         node = NodeArtifacts(node_id, STATE_NAMES.get(execution.last_known_state, "unknown"))
         events = store.get_events_by_execution_ids([execution.id])
         artifacts = {a.id: a for a in store.get_artifacts_by_id([e.artifact_id for e in events])}
@@ -293,6 +288,8 @@ def _feature_rows(dataset) -> list[tuple]:
 def _statistics(nodes: dict[str, NodeArtifacts]) -> str:
     from tensorflow_metadata.proto.v0 import statistics_pb2
 
+    from pipelines.metadata import statistics_file
+
     out = ["<h2>Data statistics</h2>"]
     node, artifact = _find_output(nodes, "ExampleStatistics")
     if artifact is None:
@@ -316,7 +313,7 @@ def _statistics(nodes: dict[str, NodeArtifacts]) -> str:
         p.name[len("Split-") :] for p in Path(artifact.uri).glob("Split-*")
     )
     for split in splits:
-        path = Path(artifact.uri) / f"Split-{split}" / "FeatureStats.pb"
+        path = statistics_file(artifact.uri, split)
         if not path.is_file():
             out.append(f'<p class="note">Split {_e(split)}: no statistics file.</p>')
             continue

@@ -85,7 +85,7 @@ def latest_statistics(spec: PipelineSpec, paths: RunPaths) -> StatisticsSource:
     """The newest ExampleStatistics of the pipeline in ML Metadata with a `train` split."""
     from ml_metadata.proto import metadata_store_pb2
 
-    from pipelines.metadata import RUN_CONTEXT_TYPE, open_store
+    from pipelines.metadata import RUN_CONTEXT_TYPE, open_store, statistics_file
 
     store = open_store(spec, paths.metadata_path)
     artifacts = []
@@ -100,7 +100,7 @@ def latest_statistics(spec: PipelineSpec, paths: RunPaths) -> StatisticsSource:
     for artifact in sorted(
         artifacts, key=lambda a: (a.create_time_since_epoch, a.id), reverse=True
     ):
-        stats_file = Path(artifact.uri) / f"Split-{STATISTICS_SPLIT}" / "FeatureStats.pb"
+        stats_file = statistics_file(artifact.uri, STATISTICS_SPLIT)
         if not stats_file.is_file():
             continue
         run_id = None
