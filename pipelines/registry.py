@@ -62,6 +62,8 @@ class BuildContext:
     channels: dict[str, Any] = field(default_factory=dict)
     nodes: list[Any] = field(default_factory=list)
     gates: list[Any] = field(default_factory=list)
+    # The examples come with the Arrow reader's Parquet copy (see components/statistics_gen).
+    columnar_examples: bool = False
 
     def need(self, role: str, component_id: str) -> Any:
         if role not in self.channels:
@@ -132,6 +134,7 @@ def _example_gen(ctx: BuildContext, node_id: str) -> None:
             code_version=code_version(),
             **spanned,
         )
+        ctx.columnar_examples = True
     else:
         node = tfx.components.CsvExampleGen(
             input_base=str(ctx.paths.input_dir), output_config=output_config, **spanned
@@ -144,7 +147,15 @@ def _example_gen(ctx: BuildContext, node_id: str) -> None:
 def _statistics_gen(ctx: BuildContext, node_id: str) -> None:
     from tfx import v1 as tfx
 
-    node = tfx.components.StatisticsGen(examples=ctx.need("examples", node_id)).with_id(node_id)
+    examples = ctx.need("examples", node_id)
+    if ctx.columnar_examples:
+        # The Arrow reader left a Parquet copy of the examples: read it instead of decoding
+        # every tf.Example again (components/statistics_gen).
+        from components.statistics_gen.component import ColumnarStatisticsGen
+
+        node = ColumnarStatisticsGen(examples=examples).with_id(node_id)
+    else:
+        node = tfx.components.StatisticsGen(examples=examples).with_id(node_id)
     ctx.nodes.append(node)
     ctx.channels["statistics"] = node.outputs["statistics"]
 

@@ -1,5 +1,6 @@
 """The Arrow reader and TFX's CsvExampleGen agree on the shipped taxi sample: the same examples
-in the same splits (missing values included), and the same statistics downstream."""
+in the same splits (missing values included), and the same statistics downstream, which for the
+Arrow reader Conveyor's StatisticsGen computes from its Parquet copy."""
 
 import glob
 import shutil
@@ -8,6 +9,7 @@ import pytest
 import tensorflow as tf
 from tensorflow_metadata.proto.v0 import statistics_pb2
 
+from components.statistics_gen.executor import READ_FROM_PROPERTY, READ_PARQUET
 from pipelines import cli
 from pipelines.config import load_spec
 from pipelines.runners import local
@@ -25,7 +27,7 @@ DATA_PATH_ONLY = [
 def runs(tmp_path_factory):
     prepared = tmp_path_factory.mktemp("prepared")
     assert cli.main(["data", "taxi", "--workdir", str(prepared)]) == 0  # all 15,002 rows
-    roots = {}
+    roots, workdirs = {}, {}
     for reader in ("tfx", "arrow"):
         workdir = tmp_path_factory.mktemp(reader)
         shutil.copytree(prepared / "data", workdir / "data")
@@ -33,6 +35,8 @@ def runs(tmp_path_factory):
         result = local.run(loaded, workdir, echo=lambda _: None)
         assert result.ok, result.message
         roots[reader] = workdir / "pipeline_root" / "taxi"
+        workdirs[reader] = (loaded.spec, workdir)
+    roots["workdirs"] = workdirs
     return roots
 
 
@@ -56,35 +60,47 @@ def test_same_examples_in_the_same_split(runs, split):
     assert any(not e.features.feature["pickup_community_area"].int64_list.value for e in parsed)
 
 
+def _rounded(value):
+    """Floats to 10 significant digits: sums in another order differ in the last ones."""
+    if isinstance(value, float):
+        return float(f"{value:.10g}")
+    if isinstance(value, dict):
+        return {k: _rounded(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_rounded(v) for v in value]
+    return value
+
+
 def _statistics(root, split) -> dict:
+    """The whole statistics proto (counts, histograms, quantiles, top values...) as a dict."""
+    from google.protobuf import json_format
+
     path = glob.glob(str(root / "statistics_gen" / "statistics" / "*" / f"Split-{split}" / "*.pb"))
     stats = statistics_pb2.DatasetFeatureStatisticsList.FromString(open(path[0], "rb").read())
-    dataset = stats.datasets[0]
-    summary = {"num_examples": dataset.num_examples}
-    for feature in dataset.features:
-        name = feature.path.step[0]
-        if feature.HasField("num_stats"):
-            n = feature.num_stats
-            summary[name] = (
-                n.common_stats.num_non_missing,
-                n.common_stats.num_missing,
-                n.min,
-                n.max,
-                round(n.mean, 6),
-                round(n.std_dev, 6),
-                n.num_zeros,
-            )
-        else:
-            s = feature.string_stats
-            summary[name] = (
-                s.common_stats.num_non_missing,
-                s.common_stats.num_missing,
-                s.unique,
-                [(v.value, v.frequency) for v in s.top_values],
-            )
-    return summary
+    return _rounded(json_format.MessageToDict(stats))
+
+
+def _read_from(spec, workdir) -> list[str]:
+    """What each statistics artifact in the run's metadata says TFDV read."""
+    from pipelines.metadata import custom_property, open_store
+    from pipelines.registry import RunPaths
+
+    store = open_store(spec, RunPaths(workdir, spec).metadata_path)
+    return [
+        custom_property(a, READ_FROM_PROPERTY)
+        for a in store.get_artifacts_by_type("ExampleStatistics")
+    ]
 
 
 @pytest.mark.parametrize("split", ["train", "eval"])
 def test_same_statistics(runs, split):
-    assert _statistics(runs["arrow"], split) == _statistics(runs["tfx"], split)
+    from_tfx = _statistics(runs["tfx"], split)
+    assert int(from_tfx["datasets"][0]["numExamples"]) > 1000  # int64s are JSON strings
+    assert len(from_tfx["datasets"][0]["features"]) == 16  # every column of the sample
+    assert _statistics(runs["arrow"], split) == from_tfx
+
+
+def test_statistics_of_arrow_examples_are_computed_from_the_parquet_copy(runs):
+    assert _read_from(*runs["workdirs"]["arrow"]) == [READ_PARQUET]
+    # TFX's own StatisticsGen runs on TFX's examples: it records nothing of Conveyor's.
+    assert _read_from(*runs["workdirs"]["tfx"]) == [None]

@@ -106,3 +106,47 @@ def test_split_key_hashes_like_tfx(tmp_path):
         bucket = int(hashlib.sha256(key.SerializeToString(deterministic=True)).hexdigest(), 16)
         expected[bisect.bisect([2, 3], bucket % 3)] += 1
     assert counts == expected
+
+
+def test_the_parquet_copy_holds_what_the_tf_examples_decode_to(tmp_path, monkeypatch):
+    """Shard by shard, the copy is the decoder's RecordBatch of the TFRecords: same layout,
+    same rows in the same order, empty cells as empty lists, a value-less column as nulls."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from tfx_bsl.coders import example_coder
+
+    # Small blocks and shards, so that rows spread over several of each.
+    monkeypatch.setattr(executor, "BLOCK_BYTES", 512)
+    monkeypatch.setattr(executor, "SHARD_BYTES", 2048)
+    rows = "".join(
+        f"{i},{'' if i % 7 == 0 else i / 4},{'' if i % 5 == 0 else f'w{i % 3}'},\n"
+        for i in range(400)
+    )
+    path = _write(tmp_path, "z_int,a_float,m_text,empty\n" + rows)
+    splits = [tmp_path / "train", tmp_path / "eval"]
+    copies = [tmp_path / "copy-train", tmp_path / "copy-eval"]
+    counts, _ = executor.write_splits(
+        [path],
+        [str(d) for d in splits],
+        [2, 3],
+        None,
+        skip_bad_rows=False,
+        columnar_dirs=[str(d) for d in copies],
+    )
+    assert sum(counts) == 400 and min(counts) > 0
+    decoder = example_coder.ExamplesToRecordBatchDecoder()
+    for split_dir, copy_dir, count in zip(splits, copies, counts, strict=True):
+        shards = sorted(split_dir.glob("*.gz"))
+        parquet_shards = sorted(copy_dir.glob("*.parquet"))
+        assert len(shards) == len(parquet_shards) > 1
+        copied_rows = 0
+        for shard, parquet_shard in zip(shards, parquet_shards, strict=True):
+            records = [r.numpy() for r in tf.data.TFRecordDataset([str(shard)], "GZIP")]
+            decoded = pa.Table.from_batches([decoder.DecodeBatch(records)])
+            copied = pq.read_table(parquet_shard)
+            assert copied.schema == decoded.schema
+            assert copied.equals(decoded)
+            copied_rows += copied.num_rows
+        assert copied_rows == count
+    assert decoded.schema.names == ["a_float", "empty", "m_text", "z_int"]
+    assert decoded.schema.field("empty").type == pa.null()
