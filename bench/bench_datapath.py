@@ -13,8 +13,8 @@ Every measured run is its own process under GNU time (/usr/bin/time, Debian pack
 wall seconds and peak memory include Python start-up and the TensorFlow/TFX imports. The tools
 alternate within each repetition so that machine noise falls on both alike. Besides whole-process
 rows/s, the table gives a pipeline-only figure: the reference's own `pipeline_seconds` (all four
-components, timed around LocalDagRunner.run) and Conveyor's csv_example_gen + statistics_gen
-seconds (from the per-component lines it prints). Memory is given twice: GNU time's maximum
+components, timed around LocalDagRunner.run) and Conveyor's `pipeline total` line (the same
+four, timed around LocalDagRunner.run_with_ir). Memory is given twice: GNU time's maximum
 resident set size, which is that of the largest single process, and the peak of the summed PSS
 of the whole process tree (sampled; needs psutil), which also counts Conveyor's separate Beam
 worker processes. Ratios are raw TFX / Conveyor: above 1 means Conveyor is faster or smaller.
@@ -82,8 +82,10 @@ CONVEYOR_FAILURES = ("FAILED:", "BLOCKED:")
 CONVEYOR_OUTCOMES = ("PUSHED:", "NOT_PUSHED:", "UNCHANGED:", *CONVEYOR_FAILURES)
 # Conveyor's per-component line, e.g. "  csv_example_gen        executed     4.5s".
 COMPONENT_LINE = re.compile(r"^\s+(\w+)\s+(executed|cached|failed)\s+([\d.]+)s\s*$", re.M)
-# The components whose seconds make Conveyor's pipeline-only figure; both must have executed.
-TIMED_COMPONENTS = ("csv_example_gen", "statistics_gen")
+# Conveyor's pipeline-only figure: LocalDagRunner's whole run, as the reference times its own.
+PIPELINE_LINE = re.compile(r"^\s+pipeline\s+total\s+([\d.]+)s\s*$", re.M)
+# The components that must have executed (not come from the cache) for a run to count.
+EXECUTED_COMPONENTS = ("csv_example_gen", "statistics_gen", "schema_gen", "example_validator")
 TREE_SAMPLE_SECONDS = 0.5  # how often the process tree's memory is sampled
 
 
@@ -293,7 +295,7 @@ def conveyor_problem(states: dict[str, str], outcome: str) -> str | None:
     """Why a Conveyor run that exited 0 still does not count, or None when it does."""
     if outcome.startswith(CONVEYOR_FAILURES):
         return f"ended {outcome.split(':')[0]}"
-    for node in TIMED_COMPONENTS:
+    for node in EXECUTED_COMPONENTS:
         if states.get(node) != "executed":
             # A cache hit or a missing line would make the seconds meaningless.
             return f"reported {node} as {states.get(node, 'absent')}, not executed"
@@ -306,8 +308,8 @@ def run_conveyor(
     """Runs `conveyor run taxi --force` once, in a fresh workdir holding the input CSV.
 
     Raises:
-        BenchError: it exited non-zero, ended FAILED:/BLOCKED:, or did not execute (and time)
-            both TIMED_COMPONENTS.
+        BenchError: it exited non-zero, ended FAILED:/BLOCKED:, did not execute all of
+            EXECUTED_COMPONENTS, or printed no pipeline total.
     """
     workdir = run_dir / "conveyor"
     link_or_copy(csv_path, workdir / CONVEYOR_INPUT_CSV)
@@ -319,7 +321,10 @@ def run_conveyor(
     if problem:
         raise run_failure(f"conveyor at {rows:,} rows", command, log_path, problem)
     result.component_seconds, result.outcome = seconds, outcome
-    result.pipeline_seconds = sum(seconds[node] for node in TIMED_COMPONENTS)
+    total = PIPELINE_LINE.search(log_path.read_text(errors="replace"))
+    if total is None:
+        raise run_failure(f"conveyor at {rows:,} rows", command, log_path, "printed no total")
+    result.pipeline_seconds = float(total.group(1))
     return result
 
 
@@ -511,7 +516,8 @@ def format_table(sizes: list[dict], scale: dict | None) -> str:
         "",
         "pipeline s: raw TFX's own pipeline_seconds (all four components, around "
         "LocalDagRunner.run);",
-        "            Conveyor's csv_example_gen + statistics_gen seconds as it prints them.",
+        "            Conveyor's `pipeline total` line (the same four, around "
+        "LocalDagRunner.run_with_ir).",
         "max RSS: GNU time's maximum resident set size, i.e. of the largest single process.",
         "tree PSS: the largest sampled sum of PSS over the process and all its descendants "
         f"(every {TREE_SAMPLE_SECONDS} s),",

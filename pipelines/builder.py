@@ -19,14 +19,12 @@ class MetadataConfigError(ValueError):
 def metadata_connection_config(spec: PipelineSpec, paths: RunPaths):
     import os
 
-    from tfx import v1 as tfx
+    from tfx.orchestration import metadata as tfx_metadata
 
     metadata = spec.runtime.metadata
     if metadata.kind is MetadataKind.SQLITE:
         paths.metadata_path.parent.mkdir(parents=True, exist_ok=True)
-        return tfx.orchestration.metadata.sqlite_metadata_connection_config(
-            str(paths.metadata_path)
-        )
+        return tfx_metadata.sqlite_metadata_connection_config(str(paths.metadata_path))
     password = ""
     if metadata.password_env:
         if metadata.password_env not in os.environ:
@@ -35,7 +33,7 @@ def metadata_connection_config(spec: PipelineSpec, paths: RunPaths):
                 "which is not set in the environment"
             )
         password = os.environ[metadata.password_env]
-    return tfx.orchestration.metadata.mysql_metadata_connection_config(
+    return tfx_metadata.mysql_metadata_connection_config(
         host=metadata.host,
         port=metadata.port,
         database=metadata.database,
@@ -55,14 +53,14 @@ def build_pipeline(
     For a spec with `data.span_pattern`, `night` (a dated span) or `span` pins the span that
     ExampleGen ingests; with neither, ExampleGen takes the latest span it finds.
     """
-    from tfx import v1 as tfx
+    from tfx.orchestration.pipeline import Pipeline
 
     from pipelines import spans
 
     if night is not None:
         span = spans.span_of_date(night)
     paths = RunPaths(workdir=Path(workdir).resolve(), spec=spec)
-    return tfx.dsl.Pipeline(
+    return Pipeline(
         pipeline_name=spec.name,
         pipeline_root=str(paths.pipeline_root),
         components=build_nodes(spec, paths, span=span),

@@ -20,9 +20,9 @@ import os
 from typing import Any
 
 from tensorflow_metadata.proto.v0 import anomalies_pb2, schema_pb2, statistics_pb2
-from tfx import v1 as tfx
 from tfx.dsl.component.experimental.annotations import InputArtifact, OutputArtifact, Parameter
-from tfx.types import artifact, artifact_utils
+from tfx.dsl.component.experimental.decorators import component
+from tfx.types import artifact, artifact_utils, standard_artifacts
 
 ANOMALIES_FILE = "SchemaDiff.pb"  # as tfx.components.example_validator.executor writes it
 STATS_FILE = "FeatureStats.pb"  # as tfx.components.statistics_gen.executor writes it
@@ -211,19 +211,19 @@ def problems_of(findings: dict[str, Any]) -> list[str]:
     return problems
 
 
-@tfx.dsl.components.component
+@component
 def DataGate(  # noqa: N802 - TFX names components like classes
-    anomalies: InputArtifact[tfx.types.standard_artifacts.ExampleAnomalies],
-    statistics: InputArtifact[tfx.types.standard_artifacts.ExampleStatistics],
-    schema: InputArtifact[tfx.types.standard_artifacts.Schema],
-    examples: InputArtifact[tfx.types.standard_artifacts.Examples],
+    anomalies: InputArtifact[standard_artifacts.ExampleAnomalies],
+    statistics: InputArtifact[standard_artifacts.ExampleStatistics],
+    schema: InputArtifact[standard_artifacts.Schema],
+    examples: InputArtifact[standard_artifacts.Examples],
     findings: OutputArtifact[DataGateFindings],
     input_base: Parameter[str],
     data_description: Parameter[str],
     thresholds: Parameter[str],
     # Optional: a default of None is how TFX's function components declare an optional input.
-    previous_statistics: InputArtifact[tfx.types.standard_artifacts.ExampleStatistics] = None,
-    previous_examples: InputArtifact[tfx.types.standard_artifacts.Examples] = None,
+    previous_statistics: InputArtifact[standard_artifacts.ExampleStatistics] = None,
+    previous_examples: InputArtifact[standard_artifacts.Examples] = None,
 ) -> None:
     """Raises DataGateError listing each problem; passes (and records findings) when none.
 

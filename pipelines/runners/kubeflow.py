@@ -38,12 +38,14 @@ EXECUTOR_COMMAND = [
 
 
 def _kfp_strategies() -> tuple[type, ...]:
-    from tfx import v1 as tfx
-
-    return (
-        tfx.dsl.experimental.LatestArtifactStrategy,
-        tfx.dsl.experimental.LatestBlessedModelStrategy,
+    from tfx.dsl.input_resolution.strategies.latest_artifact_strategy import (
+        LatestArtifactStrategy,
     )
+    from tfx.dsl.input_resolution.strategies.latest_blessed_model_strategy import (
+        LatestBlessedModelStrategy,
+    )
+
+    return (LatestArtifactStrategy, LatestBlessedModelStrategy)
 
 
 def _served_model_strategies() -> tuple[type, ...]:
@@ -59,16 +61,20 @@ def _to_latest_blessed_model(node) -> None:
     producer: its id and its `model` output channel stay, its strategy and inputs change.
     """
     from tfx import types
-    from tfx import v1 as tfx
+    from tfx.dsl.components.common.resolver import Resolver
+    from tfx.dsl.input_resolution.strategies.latest_blessed_model_strategy import (
+        LatestBlessedModelStrategy,
+    )
+    from tfx.types import standard_artifacts
+    from tfx.types.channel import Channel
 
     from components.baseline.strategy import MODEL_KEY
 
-    standard = tfx.types.standard_artifacts
-    fresh = tfx.dsl.Resolver(
-        strategy_class=tfx.dsl.experimental.LatestBlessedModelStrategy,
+    fresh = Resolver(
+        strategy_class=LatestBlessedModelStrategy,
         **{
-            MODEL_KEY: tfx.dsl.Channel(type=standard.Model),
-            "model_blessing": tfx.dsl.Channel(type=standard.ModelBlessing),
+            MODEL_KEY: Channel(type=standard_artifacts.Model),
+            "model_blessing": Channel(type=standard_artifacts.ModelBlessing),
         },
     )
     # Resolver keeps these in private attributes; tests/e2e/test_kubeflow_compile.py checks the
@@ -161,7 +167,7 @@ def _merged_resources(spec: PipelineSpec, node_id: str) -> ResourcesSpec | None:
 
 def adapt_for_kubeflow(pipeline, spec: PipelineSpec) -> dict[str, list[str]]:
     """Applies the KFP substitutions to a built pipeline; returns what changed, per node."""
-    from tfx import v1 as tfx
+    from tfx.dsl.components.common.resolver import Resolver
 
     from components.spans import strategy as spans
 
@@ -170,7 +176,7 @@ def adapt_for_kubeflow(pipeline, spec: PipelineSpec) -> dict[str, list[str]]:
     image_root = spec.runtime.container.project_root.rstrip("/") + "/"
     for node in list(pipeline.components):
         notes = changes.setdefault(node.id, [])
-        if isinstance(node, tfx.dsl.Resolver):
+        if isinstance(node, Resolver):
             strategy = node._strategy_class
             if strategy in _served_model_strategies():
                 notes.append(f"{strategy.__name__} -> LatestBlessedModelStrategy")

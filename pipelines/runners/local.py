@@ -42,6 +42,9 @@ class RunResult:
     # "description"}], "drift": [{"column", "measure", "distance", "threshold", "breached",
     # "against"}], "skew": [same keys]}; None when the gate did not run.
     data_gate: dict | None = None
+    # Seconds LocalDagRunner took for the whole pipeline (every component, TFX's own
+    # bookkeeping between them included; not Python's start-up or the imports).
+    pipeline_seconds: float | None = None
 
     @property
     def ok(self) -> bool:
@@ -182,14 +185,18 @@ def run(
     )
     progress = _ProgressHandler(echo)
     failure: Exception | None = None
+    started = time.perf_counter()
     with _captured_logs(progress, run_dir / "run.log"):
         try:
             LocalDagRunner().run_with_ir(ir)
         except Exception as err:  # a component failed: report it, keep the served model as is
             progress.interrupted()
             failure = err
+    pipeline_seconds = time.perf_counter() - started
+    echo(f"  {'pipeline':<22} {'total':<9} {pipeline_seconds:6.1f}s")
 
     result = _summarise(spec.name, run_id, paths, failure, progress.timings)
+    result.pipeline_seconds = round(pipeline_seconds, 2)
     result.run_dir = str(run_dir)
     if result.span is None:
         result.span = span
