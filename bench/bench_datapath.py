@@ -316,12 +316,13 @@ def run_conveyor(
     command = conveyor_command(workdir, settings)
     log_path = run_dir / "conveyor.log"
     result = measure(command, log_path, tool="conveyor", rows=rows, repetition=repetition)
-    seconds, states, outcome = read_conveyor_log(log_path.read_text(errors="replace"))
+    log_text = log_path.read_text(errors="replace")
+    seconds, states, outcome = read_conveyor_log(log_text)
     problem = conveyor_problem(states, outcome)
     if problem:
         raise run_failure(f"conveyor at {rows:,} rows", command, log_path, problem)
     result.component_seconds, result.outcome = seconds, outcome
-    total = PIPELINE_LINE.search(log_path.read_text(errors="replace"))
+    total = PIPELINE_LINE.search(log_text)
     if total is None:
         raise run_failure(f"conveyor at {rows:,} rows", command, log_path, "printed no total")
     result.pipeline_seconds = float(total.group(1))

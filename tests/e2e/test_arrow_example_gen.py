@@ -4,6 +4,8 @@ Arrow reader Conveyor's StatisticsGen computes from its Parquet copy."""
 
 import glob
 import shutil
+from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 import tensorflow as tf
@@ -23,21 +25,29 @@ DATA_PATH_ONLY = [
 ]
 
 
+@dataclass(frozen=True)
+class DataPathRun:
+    spec: object
+    workdir: Path
+
+    @property
+    def root(self) -> Path:
+        return self.workdir / "pipeline_root" / "taxi"
+
+
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory):
+def runs(tmp_path_factory) -> dict[str, DataPathRun]:
     prepared = tmp_path_factory.mktemp("prepared")
     assert cli.main(["data", "taxi", "--workdir", str(prepared)]) == 0  # all 15,002 rows
-    roots, workdirs = {}, {}
+    runs = {}
     for reader in ("tfx", "arrow"):
         workdir = tmp_path_factory.mktemp(reader)
         shutil.copytree(prepared / "data", workdir / "data")
         loaded = load_spec("taxi", overrides=[f"data.reader={reader}", *DATA_PATH_ONLY])
         result = local.run(loaded, workdir, echo=lambda _: None)
         assert result.ok, result.message
-        roots[reader] = workdir / "pipeline_root" / "taxi"
-        workdirs[reader] = (loaded.spec, workdir)
-    roots["workdirs"] = workdirs
-    return roots
+        runs[reader] = DataPathRun(loaded.spec, workdir)
+    return runs
 
 
 def _examples(root, split) -> list[bytes]:
@@ -51,7 +61,7 @@ def _examples(root, split) -> list[bytes]:
 
 @pytest.mark.parametrize("split", ["train", "eval"])
 def test_same_examples_in_the_same_split(runs, split):
-    from_tfx, from_arrow = _examples(runs["tfx"], split), _examples(runs["arrow"], split)
+    from_tfx, from_arrow = _examples(runs["tfx"].root, split), _examples(runs["arrow"].root, split)
     assert len(from_tfx) > 1000
     assert len(from_arrow) == len(from_tfx)
     assert from_arrow == from_tfx
@@ -80,12 +90,12 @@ def _statistics(root, split) -> dict:
     return _rounded(json_format.MessageToDict(stats))
 
 
-def _read_from(spec, workdir) -> list[str]:
+def _read_from(run: DataPathRun) -> list[str]:
     """What each statistics artifact in the run's metadata says TFDV read."""
     from pipelines.metadata import custom_property, open_store
     from pipelines.registry import RunPaths
 
-    store = open_store(spec, RunPaths(workdir, spec).metadata_path)
+    store = open_store(run.spec, RunPaths(run.workdir, run.spec).metadata_path)
     return [
         custom_property(a, READ_FROM_PROPERTY)
         for a in store.get_artifacts_by_type("ExampleStatistics")
@@ -94,13 +104,13 @@ def _read_from(spec, workdir) -> list[str]:
 
 @pytest.mark.parametrize("split", ["train", "eval"])
 def test_same_statistics(runs, split):
-    from_tfx = _statistics(runs["tfx"], split)
+    from_tfx = _statistics(runs["tfx"].root, split)
     assert int(from_tfx["datasets"][0]["numExamples"]) > 1000  # int64s are JSON strings
     assert len(from_tfx["datasets"][0]["features"]) == 16  # every column of the sample
-    assert _statistics(runs["arrow"], split) == from_tfx
+    assert _statistics(runs["arrow"].root, split) == from_tfx
 
 
 def test_statistics_of_arrow_examples_are_computed_from_the_parquet_copy(runs):
-    assert _read_from(*runs["workdirs"]["arrow"]) == [READ_PARQUET]
+    assert _read_from(runs["arrow"]) == [READ_PARQUET]
     # TFX's own StatisticsGen runs on TFX's examples: it records nothing of Conveyor's.
-    assert _read_from(*runs["workdirs"]["tfx"]) == [None]
+    assert _read_from(runs["tfx"]) == [None]
