@@ -6,7 +6,7 @@ size the CSV is generated once (bench/make_taxi_rows.py, seed 0) and both tools 
 - the reference, `raw_tfx_datapath.py` in the shared folder beside the repository (see
   --raw-script): TFX's CsvExampleGen and friends with one Beam worker, as TFX users run it;
 - `conveyor run taxi --env large --force` in a fresh workdir (the `large` profile: the Arrow
-  reader, Beam on every core), with CONVEYOR_SETTINGS as `--set` overrides (only the four data
+  reader and its Parquet copy, Beam in one process), with CONVEYOR_SETTINGS as `--set` overrides (only the four data
   components; --conveyor-set changes them).
 
 Every measured run is its own process under GNU time (/usr/bin/time, Debian package `time`), so
@@ -62,7 +62,7 @@ DATA_SEED = 0
 CSV_NAME = "taxi.csv"
 CONVEYOR_INPUT_CSV = Path("data/taxi") / CSV_NAME  # relative to the workdir
 # The `--set` overrides every Conveyor run gets, in order; --conveyor-set replaces or adds keys.
-# The `large` profile supplies the Arrow reader and multi-threaded Beam; the components are cut
+# The `large` profile supplies the Arrow reader and in-process Beam; the components are cut
 # to the reference's four.
 CONVEYOR_ENV = "large"
 CONVEYOR_SETTINGS = {

@@ -32,7 +32,8 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 CONVEYOR = REPO_ROOT / ".venv/bin/conveyor"
 PIPELINE = "taxi"
 DEFAULT_ROWS = [100_000, 1_000_000]
-# The `large` profile: the Arrow reader and Beam on every core, as big nights run here.
+# The `large` profile: the Arrow reader (with its Parquet copy for StatisticsGen), as big nights
+# run here.
 DEFAULT_ENV = "large"
 FIRST_NIGHT = datetime.date(2026, 11, 23)
 NIGHTS = 2  # night one sets up the baseline; night two is measured

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import gc
 import json
 import logging
 import os
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -165,6 +167,34 @@ def _quiet_libraries() -> None:
     os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 
 
+@contextlib.contextmanager
+def _collector_paused():
+    """Pauses Python's cyclic garbage collector while TensorFlow and TFX are imported, and
+    afterwards keeps it off what those imports made.
+
+    Importing them creates millions of long-lived objects (modules, classes, functions). Every
+    so many allocations the collector walks them all again looking for cycles that are not
+    there, and it walks them once more when the interpreter exits. Measured on a 150k-row data
+    path on 2 cores: the imports and build took 4.3 s with the collector on and 3.0 s with it
+    paused, and exit took 1.5 s after the last line printed, 0.2 s with them frozen. Nothing an
+    import creates is garbage worth collecting, so the collector is off while importing. The
+    first time in a process, what exists afterwards is frozen (gc.freeze: reference counting
+    still frees it; the cycle collector no longer walks it). Later runs in the same process
+    (tests, a backfill) import nothing new and freeze nothing more, so garbage they leave is
+    still collected.
+    """
+    first_import = "tfx.orchestration.local.local_dag_runner" not in sys.modules
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if first_import:
+            gc.freeze()
+        if was_enabled:
+            gc.enable()
+
+
 def run(
     loaded: LoadedSpec,
     workdir: Path,
@@ -178,13 +208,6 @@ def run(
     For a spec with spans, `night` or `span` picks the span to ingest (default: the latest with
     data); spans.SpanError says when it has no data.
     """
-    _quiet_libraries()
-    from tfx.dsl.compiler import compiler, constants
-    from tfx.orchestration.local.local_dag_runner import LocalDagRunner
-    from tfx.orchestration.portable import runtime_parameter_utils
-
-    from pipelines.builder import build_pipeline
-
     spec = loaded.spec
     paths = RunPaths(workdir=Path(workdir).resolve(), spec=spec)
     span = spans.resolve_span(spec, paths.input_dir, night, span)
@@ -203,7 +226,16 @@ def run(
         + (f", night {spans.describe(spec, span)})" if span is not None else ")")
     )
 
-    ir = compiler.Compiler().compile(build_pipeline(spec, paths.workdir, span=span))
+    _quiet_libraries()
+    # Building imports each component's executor (TFDV, TFMA...): most of the import time.
+    with _collector_paused():
+        from tfx.dsl.compiler import compiler, constants
+        from tfx.orchestration.local.local_dag_runner import LocalDagRunner
+        from tfx.orchestration.portable import runtime_parameter_utils
+
+        from pipelines.builder import build_pipeline
+
+        ir = compiler.Compiler().compile(build_pipeline(spec, paths.workdir, span=span))
     runtime_parameter_utils.substitute_runtime_parameter(
         ir, {constants.PIPELINE_RUN_ID_PARAMETER_NAME: run_id}
     )

@@ -1,7 +1,12 @@
 """The local runner's orchestrator concerns that need no pipeline run."""
 
+import gc
+import sys
+
+import pytest
 from tfx.components.statistics_gen import executor as statistics_gen_executor
 from tfx.dsl.components.base import base_beam_executor
+from tfx.orchestration.local import local_dag_runner  # noqa: F401 (as after a run's imports)
 from tfx.utils import dependency_utils
 
 from pipelines.runners import local
@@ -25,3 +30,38 @@ def test_direct_runner_components_get_no_tfx_package_to_stage(monkeypatch):
     with local._no_tfx_package_for_direct_runner("DataflowRunner"):
         _beam_args_an_executor_gets(list(args))
     assert len(built) == 2
+
+
+def test_the_collector_is_paused_while_importing_and_restored_after():
+    assert gc.isenabled()
+    with local._collector_paused():
+        assert not gc.isenabled()
+    assert gc.isenabled()
+    with pytest.raises(ImportError), local._collector_paused():
+        raise ImportError("an import that fails still gives the collector back")
+    assert gc.isenabled()
+    gc.disable()  # a caller that had it off keeps it off
+    try:
+        with local._collector_paused():
+            pass
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+
+
+def test_only_the_first_import_in_a_process_freezes_what_it_made(monkeypatch):
+    # TFX's runner is imported in this process (above): a later run imports nothing and
+    # freezes nothing, so the garbage of earlier runs stays collectable.
+    frozen_before = gc.get_freeze_count()
+    with local._collector_paused():
+        garbage_cycle = []
+        garbage_cycle.append(garbage_cycle)
+    assert gc.get_freeze_count() == frozen_before
+    # The first import in a process freezes everything that exists afterwards.
+    monkeypatch.delitem(sys.modules, "tfx.orchestration.local.local_dag_runner")
+    try:
+        with local._collector_paused():
+            pass
+        assert gc.get_freeze_count() > frozen_before
+    finally:
+        gc.unfreeze()
