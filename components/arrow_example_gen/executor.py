@@ -34,9 +34,11 @@ import glob
 import hashlib
 import json
 import os
+import queue
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -80,16 +82,20 @@ _DECODED_TYPES = {
 }
 
 
-def _cell_type(values: pa.Array) -> int:
-    """The widest type the non-empty cells of one string column need."""
+def _widest_type(values: pa.Array, known: int = UNKNOWN) -> int:
+    """The widest type the column needs: `known` (what earlier blocks needed) or what the
+    non-empty cells of this block of it need, whichever is wider."""
     present = pc.drop_null(values)
-    if len(present) == 0:
-        return UNKNOWN
-    try:
-        pc.cast(present, pa.int64())
-        return INT
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-        pass
+    if known == STRING or len(present) == 0:
+        return known
+    # A column already known to be FLOAT cannot become INT: skip the integer cast, which is
+    # slow to fail (about 20 times a float cast: 4 of the 5.5 s typing 1.5M rows took).
+    if known < FLOAT:
+        try:
+            pc.cast(present, pa.int64())
+            return max(known, INT)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            pass
     try:
         pc.cast(present, pa.float64())
         return FLOAT
@@ -194,7 +200,7 @@ def survey(paths: list[str], skip_bad_rows: bool) -> CsvSurvey:
                 result.rows += batch.num_rows
                 for name, values in zip(batch.schema.names, batch.columns, strict=True):
                     if types[name] != STRING:
-                        types[name] = max(types[name], _cell_type(values))
+                        types[name] = _widest_type(values, types[name])
         except pa.ArrowInvalid as err:
             raise CsvInputError(
                 f"{_locate_unreadable_line(path)} ({str(err).splitlines()[0]})"
@@ -207,14 +213,14 @@ def survey(paths: list[str], skip_bad_rows: bool) -> CsvSurvey:
     return result
 
 
-def _as_lists(values: pa.Array, column_type: int) -> pa.Array:
-    """One list per row, as TFX writes features: [value], or [] for an empty cell."""
+def _as_lists(typed: pa.Array, column_type: int) -> pa.Array:
+    """One list per row, as TFX writes features: [value], or [] for an empty cell. `typed` is
+    the column cast to its type (_ARROW_TYPES)."""
     if column_type == UNKNOWN:
         # No value anywhere: TFX writes a feature with no kind, which a null list encodes.
-        return pa.nulls(len(values), pa.list_(pa.int64()))
-    typed = pc.cast(values, _ARROW_TYPES[column_type])
+        return pa.nulls(len(typed), pa.list_(pa.int64()))
     present = pc.is_valid(typed)
-    offsets = np.zeros(len(values) + 1, dtype=np.int32)
+    offsets = np.zeros(len(typed) + 1, dtype=np.int32)
     np.cumsum(present.to_numpy(zero_copy_only=False), out=offsets[1:])
     return pa.ListArray.from_arrays(pa.array(offsets), pc.drop_null(typed))
 
@@ -290,23 +296,85 @@ def encode_blocks(
 ) -> Iterator[tuple[pa.RecordBatch, dict[str, pa.Array], pa.RecordBatch, list[bytes]]]:
     """Second pass: per block, the typed columns, the per-row lists and the serialised
     tf.Examples."""
+    from concurrent.futures import ThreadPoolExecutor
+
     from tfx_bsl.coders import example_coder
 
-    encoder = example_coder.RecordBatchToExamplesEncoder()
+    # tfx_bsl's encoder is most of this pass and runs without Python's lock: each core
+    # encodes a slice of the block (3.7 s instead of 6.9 s for 1.5M rows on 2 cores).
+    workers = os.cpu_count() or 1
+    encoders = [example_coder.RecordBatchToExamplesEncoder() for _ in range(workers)]
     as_text = dict.fromkeys(plan.columns, pa.string())
-    for path in paths:
-        # Bad rows were reported (or refused) by the survey; here they are only skipped.
-        reader = _open(path, as_text, (lambda row: "skip") if skip_bad_rows else None, True)
-        for batch in reader:
-            typed = {
-                name: pc.cast(batch.column(i), _ARROW_TYPES.get(plan.types[name], pa.string()))
-                for i, name in enumerate(plan.columns)
-            }
-            lists = pa.RecordBatch.from_arrays(
-                [_as_lists(batch.column(i), plan.types[n]) for i, n in enumerate(plan.columns)],
-                plan.columns,
-            )
-            yield batch, typed, lists, encoder.encode(lists)
+    with ThreadPoolExecutor(workers, thread_name_prefix="arrow-example-gen-encode") as pool:
+
+        def encode(lists: pa.RecordBatch) -> list[bytes]:
+            size = -(-lists.num_rows // workers)
+            slices = [
+                pool.submit(encoder.encode, lists.slice(i * size, size))
+                for i, encoder in enumerate(encoders)
+            ]
+            return [record for part in slices for record in part.result()]
+
+        for path in paths:
+            # Bad rows were reported (or refused) by the survey; here they are only skipped.
+            reader = _open(path, as_text, (lambda row: "skip") if skip_bad_rows else None, True)
+            for batch in reader:
+                typed = {
+                    name: pc.cast(batch.column(i), _ARROW_TYPES.get(plan.types[name], pa.string()))
+                    for i, name in enumerate(plan.columns)
+                }
+                lists = pa.RecordBatch.from_arrays(
+                    [_as_lists(typed[n], plan.types[n]) for n in plan.columns], plan.columns
+                )
+                yield batch, typed, lists, encode(lists)
+
+
+_Block = TypeVar("_Block")
+
+
+def read_ahead(blocks: Iterator[_Block]) -> Iterator[_Block]:
+    """Yields what `blocks` yields, while a second thread already makes the next one.
+
+    Reading, casting and encoding a block run in pyarrow's and tfx_bsl's C++ without Python's
+    lock; writing one runs a Python loop of TFRecord writes. Overlapped, the two use two cores.
+    At most one block waits, so memory stays one block more. An error in the reading thread is
+    raised here, in the caller's; a caller that stops early stops the reading thread too.
+    """
+    ready: queue.Queue = queue.Queue(maxsize=1)
+    stopped = threading.Event()
+    finished = object()
+
+    def offer(item) -> bool:
+        while not stopped.is_set():
+            try:
+                ready.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def produce() -> None:
+        try:
+            for block in blocks:
+                if not offer((block, None)):
+                    return
+            offer((finished, None))
+        except BaseException as err:  # handed to the caller's thread, raised there
+            offer((None, err))
+
+    producer = threading.Thread(target=produce, name="arrow-example-gen-read", daemon=True)
+    producer.start()
+    try:
+        while True:
+            block, error = ready.get()
+            if error is not None:
+                raise error
+            if block is finished:
+                return
+            yield block
+    finally:
+        stopped.set()
+        producer.join()
 
 
 def csv_files(input_base: str, pattern: str) -> list[str]:
@@ -377,7 +445,7 @@ def write_splits(
         )
     try:
         for block, (batch, typed, lists, records) in enumerate(
-            encode_blocks(paths, plan, skip_bad_rows)
+            read_ahead(encode_blocks(paths, plan, skip_bad_rows))
         ):
             split_of_row = assign_splits(batch, typed, plan.types, buckets, split_key)
             shard = block % shards  # whole blocks per shard: deterministic for the same input

@@ -150,3 +150,66 @@ def test_the_parquet_copy_holds_what_the_tf_examples_decode_to(tmp_path, monkeyp
         assert copied_rows == count
     assert decoded.schema.names == ["a_float", "empty", "m_text", "z_int"]
     assert decoded.schema.field("empty").type == pa.null()
+
+
+def test_types_widen_over_all_blocks_as_tfx_decides_over_the_whole_input(tmp_path, monkeypatch):
+    # Blocks of a few rows: `f` is integral in the first blocks, fractional later, and text in
+    # the last; `n` is integral throughout; `g` turns fractional and then integral again.
+    monkeypatch.setattr(executor, "BLOCK_BYTES", 64)
+    rows = [f"{i},{i},{i}" for i in range(20)]
+    rows += [f"{i}.5,{i},{i}.25" for i in range(20)]
+    rows += [f"{i},{i},{i}" for i in range(20)]
+    rows += ["text,1,2"]
+    path = _write(tmp_path, "f,n,g\n" + "\n".join(rows) + "\n")
+    plan = executor.survey([path], skip_bad_rows=False)
+    assert plan.rows == 61
+    assert plan.types == {"f": executor.STRING, "n": executor.INT, "g": executor.FLOAT}
+
+
+def test_the_examples_do_not_depend_on_how_many_cores_encode_them(tmp_path, monkeypatch):
+    rows = "".join(f"{i},{'' if i % 7 == 0 else i / 4},w{i % 3}\n" for i in range(301))
+    path = _write(tmp_path, "i,f,s\n" + rows)
+    written = {}
+    for cores in (1, 2, 3):
+        monkeypatch.setattr(executor.os, "cpu_count", lambda cores=cores: cores)
+        out = tmp_path / f"cores-{cores}"
+        executor.write_splits([path], [str(out)], [1], None, skip_bad_rows=False)
+        (shard,) = out.glob("*.gz")
+        # The encoder writes a feature map in its own hash order, even between two encoders in
+        # one process: compare the examples, in the canonical (deterministic) serialisation.
+        written[cores] = [
+            tf.train.Example.FromString(r.numpy()).SerializeToString(deterministic=True)
+            for r in tf.data.TFRecordDataset([str(shard)], "GZIP")
+        ]
+    assert len(written[1]) == 301
+    assert written[1] == written[2] == written[3]
+
+
+def test_read_ahead_keeps_order_and_raises_the_readers_error_in_the_caller():
+    assert list(executor.read_ahead(iter(range(50)))) == list(range(50))
+
+    def failing():
+        yield 1
+        raise executor.CsvInputError("data.csv, line 3: expected 2 fields, found 3")
+
+    blocks = executor.read_ahead(failing())
+    assert next(blocks) == 1
+    with pytest.raises(CsvInputError, match="line 3"):
+        next(blocks)
+
+
+def test_a_caller_that_stops_early_stops_the_reading_thread():
+    import threading
+
+    produced = []
+
+    def endless():
+        while True:
+            produced.append(len(produced))
+            yield produced[-1]
+
+    blocks = executor.read_ahead(endless())
+    assert [next(blocks) for _ in range(3)] == [0, 1, 2]
+    blocks.close()  # what a `for` loop left by an exception does
+    assert not any(t.name == "arrow-example-gen-read" for t in threading.enumerate())
+    assert len(produced) <= 5  # the three taken, one waiting, at most one being offered
