@@ -337,8 +337,9 @@ def read_ahead(blocks: Iterator[_Block]) -> Iterator[_Block]:
 
     Reading, casting and encoding a block run in pyarrow's and tfx_bsl's C++ without Python's
     lock; writing one runs a Python loop of TFRecord writes. Overlapped, the two use two cores.
-    At most one block waits, so memory stays one block more. An error in the reading thread is
-    raised here, in the caller's; a caller that stops early stops the reading thread too.
+    Besides the caller's block, at most one waits and one is being made: memory stays bounded
+    by blocks, not rows. An error in the reading thread is raised here, in the caller's; a
+    caller that stops early stops the reading thread, which closes `blocks`.
     """
     ready: queue.Queue = queue.Queue(maxsize=1)
     stopped = threading.Event()
@@ -361,6 +362,10 @@ def read_ahead(blocks: Iterator[_Block]) -> Iterator[_Block]:
             offer((finished, None))
         except BaseException as err:  # handed to the caller's thread, raised there
             offer((None, err))
+        finally:
+            close = getattr(blocks, "close", None)  # a generator's own cleanup, now
+            if close is not None:
+                close()
 
     producer = threading.Thread(target=produce, name="arrow-example-gen-read", daemon=True)
     producer.start()

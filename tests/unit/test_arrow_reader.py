@@ -201,15 +201,19 @@ def test_read_ahead_keeps_order_and_raises_the_readers_error_in_the_caller():
 def test_a_caller_that_stops_early_stops_the_reading_thread():
     import threading
 
-    produced = []
+    produced, closed = [], []
 
     def endless():
-        while True:
-            produced.append(len(produced))
-            yield produced[-1]
+        try:
+            while True:
+                produced.append(len(produced))
+                yield produced[-1]
+        finally:
+            closed.append(True)  # e.g. encode_blocks shutting its encoding threads down
 
     blocks = executor.read_ahead(endless())
     assert [next(blocks) for _ in range(3)] == [0, 1, 2]
     blocks.close()  # what a `for` loop left by an exception does
     assert not any(t.name == "arrow-example-gen-read" for t in threading.enumerate())
     assert len(produced) <= 5  # the three taken, one waiting, at most one being offered
+    assert closed == [True]
