@@ -6,8 +6,8 @@ size the CSV is generated once (bench/make_taxi_rows.py, seed 0) and both tools 
 - the reference, `raw_tfx_datapath.py` in the shared folder beside the repository (see
   --raw-script): TFX's CsvExampleGen and friends with one Beam worker, as TFX users run it;
 - `conveyor run taxi --env large --force` in a fresh workdir (the `large` profile: the Arrow
-  reader and its Parquet copy, Beam in one process), with CONVEYOR_SETTINGS as `--set` overrides (only the four data
-  components; --conveyor-set changes them).
+  reader and its Parquet copy, Beam in one process), with CONVEYOR_SETTINGS as `--set`
+  overrides (only the four data components; --conveyor-set changes them).
 
 Every measured run is its own process under GNU time (/usr/bin/time, Debian package `time`), so
 wall seconds and peak memory include Python start-up and the TensorFlow/TFX imports. The tools
