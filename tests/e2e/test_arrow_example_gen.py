@@ -4,8 +4,6 @@ Arrow reader Conveyor's StatisticsGen computes from its Parquet copy."""
 
 import glob
 import shutil
-from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 import tensorflow as tf
@@ -14,6 +12,7 @@ from tensorflow_metadata.proto.v0 import statistics_pb2
 from components.statistics_gen.executor import READ_FROM_PROPERTY, READ_PARQUET
 from pipelines import cli
 from pipelines.config import load_spec
+from pipelines.registry import RunPaths
 from pipelines.runners import local
 
 # Only the data path of the taxi spec: no gate, window or warm start to wire.
@@ -25,18 +24,8 @@ DATA_PATH_ONLY = [
 ]
 
 
-@dataclass(frozen=True)
-class DataPathRun:
-    spec: object
-    workdir: Path
-
-    @property
-    def root(self) -> Path:
-        return self.workdir / "pipeline_root" / "taxi"
-
-
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory) -> dict[str, DataPathRun]:
+def runs(tmp_path_factory) -> dict[str, RunPaths]:
     prepared = tmp_path_factory.mktemp("prepared")
     assert cli.main(["data", "taxi", "--workdir", str(prepared)]) == 0  # all 15,002 rows
     runs = {}
@@ -46,7 +35,7 @@ def runs(tmp_path_factory) -> dict[str, DataPathRun]:
         loaded = load_spec("taxi", overrides=[f"data.reader={reader}", *DATA_PATH_ONLY])
         result = local.run(loaded, workdir, echo=lambda _: None)
         assert result.ok, result.message
-        runs[reader] = DataPathRun(loaded.spec, workdir)
+        runs[reader] = RunPaths(workdir, loaded.spec)
     return runs
 
 
@@ -61,7 +50,8 @@ def _examples(root, split) -> list[bytes]:
 
 @pytest.mark.parametrize("split", ["train", "eval"])
 def test_same_examples_in_the_same_split(runs, split):
-    from_tfx, from_arrow = _examples(runs["tfx"].root, split), _examples(runs["arrow"].root, split)
+    from_tfx = _examples(runs["tfx"].pipeline_root, split)
+    from_arrow = _examples(runs["arrow"].pipeline_root, split)
     assert len(from_tfx) > 1000
     assert len(from_arrow) == len(from_tfx)
     assert from_arrow == from_tfx
@@ -90,12 +80,11 @@ def _statistics(root, split) -> dict:
     return _rounded(json_format.MessageToDict(stats))
 
 
-def _read_from(run: DataPathRun) -> list[str]:
+def _read_from(run: RunPaths) -> list[str]:
     """What each statistics artifact in the run's metadata says TFDV read."""
     from pipelines.metadata import custom_property, open_store
-    from pipelines.registry import RunPaths
 
-    store = open_store(run.spec, RunPaths(run.workdir, run.spec).metadata_path)
+    store = open_store(run.spec, run.metadata_path)
     return [
         custom_property(a, READ_FROM_PROPERTY)
         for a in store.get_artifacts_by_type("ExampleStatistics")
@@ -104,10 +93,10 @@ def _read_from(run: DataPathRun) -> list[str]:
 
 @pytest.mark.parametrize("split", ["train", "eval"])
 def test_same_statistics(runs, split):
-    from_tfx = _statistics(runs["tfx"].root, split)
+    from_tfx = _statistics(runs["tfx"].pipeline_root, split)
     assert int(from_tfx["datasets"][0]["numExamples"]) > 1000  # int64s are JSON strings
     assert len(from_tfx["datasets"][0]["features"]) == 16  # every column of the sample
-    assert _statistics(runs["arrow"].root, split) == from_tfx
+    assert _statistics(runs["arrow"].pipeline_root, split) == from_tfx
 
 
 def test_statistics_of_arrow_examples_are_computed_from_the_parquet_copy(runs):
