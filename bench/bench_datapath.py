@@ -225,7 +225,7 @@ def ensure_input(rows: int, out_root: Path) -> tuple[Path, float | None]:
     if csv_path.is_file() and count_rows(csv_path) == rows:
         return data_dir, None
     # Imported here: only generating needs pandas, and bench/ is on sys.path as the script's dir.
-    from make_taxi_rows import write_rows
+    from pipelines.datasets.taxi import write_rows
 
     if data_dir.exists():
         shutil.rmtree(data_dir)  # a stale or half-written CSV from an earlier, stopped run

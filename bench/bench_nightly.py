@@ -24,9 +24,10 @@ import json
 import sys
 from pathlib import Path
 
-# bench/ is first on sys.path when this runs as `python bench/bench_nightly.py`.
-from make_taxi_nights import write_night
 from measure import BenchError, log_tail, run_benchmark, run_with_gnu_time, subprocess_env
+
+# bench/ is first on sys.path when this runs as `python bench/bench_nightly.py`.
+from pipelines.datasets.taxi_nights import write_night
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 CONVEYOR = REPO_ROOT / ".venv/bin/conveyor"

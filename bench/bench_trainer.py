@@ -128,7 +128,7 @@ class Measurement:
 
 def load_trainer_spec() -> tuple[Any, dict[str, Any]]:
     """Loads the taxi spec; returns it and its trainer section as plain JSON-ready data."""
-    from pipelines.config import load_spec
+    from pipelines.spec.loading import load_spec
 
     spec = load_spec(PIPELINE, env=SPEC_ENV).spec
     return spec, spec.trainer.model_dump(mode="json")
@@ -240,7 +240,7 @@ def prepare_data(data_dir: Path) -> dict[str, Any]:
     """
     import pandas as pd
 
-    from pipelines.datasets import prepare
+    from pipelines.datasets.prepare import prepare
 
     spec, trainer = load_trainer_spec()
     data_dir.mkdir(parents=True, exist_ok=True)

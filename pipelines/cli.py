@@ -8,21 +8,21 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from pipelines import config, orchestration
-from pipelines.config import SpecError
-from pipelines.spans import SpanError
-
-EXIT_BLOCKED = 2  # a gate stopped the run: the data or the model was not good enough
-EXIT_FAILED = 1
+from pipelines.build.spans import SpanError
+from pipelines.outcome import EXIT_FAILED, Outcome, worst_exit_code
+from pipelines.spec import checks
+from pipelines.spec import loading as config
+from pipelines.spec.loading import SpecError
 
 
 def _workdir(args: argparse.Namespace) -> Path:
-    return Path(args.workdir or os.environ.get("CONVEYOR_WORKDIR") or ".conveyor").resolve()
+    from pipelines.paths import default_workdir
+
+    return default_workdir(args.workdir)
 
 
 def _load(args: argparse.Namespace, name: str) -> config.LoadedSpec:
@@ -46,9 +46,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
         for env in envs:
             try:
                 loaded = config.load_spec(name, env=env, overrides=args.set)
-                orchestration.check_profile(loaded)
+                checks.check_profile(loaded)
                 if args.connect:
-                    orchestration.check_metadata_reachable(loaded.spec)
+                    checks.check_metadata_reachable(loaded.spec)
             except SpecError as err:
                 failures += 1
                 print(f"FAIL {name} [{env}]: {err}", file=sys.stderr)
@@ -62,14 +62,16 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_compile(args: argparse.Namespace) -> int:
+    from pipelines.run import compile as orchestration
+
     loaded = config.load_spec(args.pipeline, env=args.env, overrides=args.set)
-    target = orchestration.target_of(loaded, args.target)
+    target = checks.target_of(loaded, args.target)
     # The profile's working directory (where the orchestrator's pods see the data), else ours.
     runtime_workdir = loaded.spec.runtime.workdir
     workdir = runtime_workdir if runtime_workdir and not args.workdir else str(_workdir(args))
     output = Path(args.output) if args.output else None
     output = output or orchestration.default_output(loaded.spec, target, _workdir(args))
-    orchestration.check_profile(loaded, target)  # before TensorFlow is imported
+    checks.check_profile(loaded, target)  # before TensorFlow is imported
     written = orchestration.compile_pipeline(loaded, target, workdir, output, tuple(args.set))
     for path in written:
         print(f"wrote {path}")
@@ -77,15 +79,15 @@ def cmd_compile(args: argparse.Namespace) -> int:
 
 
 def cmd_data(args: argparse.Namespace) -> int:
-    from pipelines.datasets import DataPreparationError, prepare
-    from pipelines.registry import RunPaths
+    from pipelines.datasets.prepare import DataPreparationError, prepare
+    from pipelines.paths import RunPaths
 
     loaded = _load(args, args.pipeline)
     spec = loaded.spec
     paths = RunPaths(workdir=_workdir(args), spec=spec)
     target = None
     if spec.data.span_pattern:
-        from pipelines import spans
+        from pipelines.build import spans
 
         if not spec.data.dated_spans:
             print(f"error: {spec.name}: `data` writes dated spans only", file=sys.stderr)
@@ -103,8 +105,10 @@ def cmd_data(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from pipelines import nightly, spans
-    from pipelines.registry import RunPaths
+    from pipelines.build import spans
+    from pipelines.ops import nightly
+    from pipelines.paths import RunPaths
+    from pipelines.run.plan import Run
 
     loaded = _load(args, args.pipeline)
     workdir = _workdir(args)
@@ -118,7 +122,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         return EXIT_FAILED
     night = spans.parse_night(args.date) if args.date else None
     try:
-        span = spans.resolve_span(loaded.spec, paths.input_dir, night, args.span)
+        planned = Run.plan(loaded, workdir, night, args.span)
     except SpanError as err:
         wanted = args.span if night is None else spans.span_of_date(night)
         if loaded.spec.data.span_pattern and wanted is not None:
@@ -126,8 +130,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             if sent := nightly.alert_missing_night(loaded.spec, wanted, str(err)):
                 print(sent, file=sys.stderr)
         raise
-    outcome = nightly.run_night(loaded, workdir, span, force=args.force)
-    prefix = "UNCHANGED" if outcome.unchanged else outcome.outcome.upper()
+    outcome = nightly.run_night(planned, force=args.force)
+    prefix = "UNCHANGED" if outcome.unchanged else Outcome(outcome.outcome).verdict
     print(f"{prefix}: {outcome.message}")
     if outcome.run_dir:
         print(f"run record: {outcome.run_dir}")
@@ -135,7 +139,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_backfill(args: argparse.Namespace) -> int:
-    from pipelines import nightly, spans
+    from pipelines.build import spans
+    from pipelines.ops import nightly
 
     loaded = _load(args, args.pipeline)
     done = nightly.backfill(
@@ -144,14 +149,14 @@ def cmd_backfill(args: argparse.Namespace) -> int:
     print(f"{'night':<12} {'outcome':<11} {'ran?':<5} run record")
     for night, outcome in done:
         ran = "no" if outcome.unchanged else "yes"
-        print(f"{night.isoformat():<12} {outcome.outcome:<11} {ran:<5} {outcome.run_dir or '-'}")
-    codes = {outcome.exit_code for _, outcome in done}
-    return EXIT_FAILED if EXIT_FAILED in codes else EXIT_BLOCKED if EXIT_BLOCKED in codes else 0
+        verdict = Outcome(outcome.outcome).value
+        print(f"{night.isoformat():<12} {verdict:<11} {ran:<5} {outcome.run_dir or '-'}")
+    return worst_exit_code(outcome.exit_code for _, outcome in done)
 
 
 def cmd_schedule(args: argparse.Namespace) -> int:
-    from pipelines import nightly
-    from pipelines.spec import ScheduleSpec
+    from pipelines.ops import nightly
+    from pipelines.spec.models import ScheduleSpec
 
     loaded = _load(args, args.pipeline)
     try:
@@ -174,7 +179,7 @@ def cmd_schedule(args: argparse.Namespace) -> int:
 
 def cmd_lineage(args: argparse.Namespace) -> int:
     from pipelines.metadata import open_store, pushed_lineage
-    from pipelines.registry import RunPaths
+    from pipelines.paths import RunPaths
 
     loaded = _load(args, args.pipeline)
     paths = RunPaths(workdir=_workdir(args), spec=loaded.spec)
@@ -192,7 +197,7 @@ def cmd_lineage(args: argparse.Namespace) -> int:
 
 def cmd_runs(args: argparse.Namespace) -> int:
     from pipelines.metadata import list_runs, open_store
-    from pipelines.registry import RunPaths
+    from pipelines.paths import RunPaths
 
     loaded = _load(args, args.pipeline)
     paths = RunPaths(workdir=_workdir(args), spec=loaded.spec)
@@ -212,17 +217,18 @@ def cmd_runs(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from pipelines.report import REPORT_FILE, find_report, recent_run_ids
+    from pipelines.ops.report import find_report, recent_run_ids
+    from pipelines.paths import REPORT_FILE, find_run_dirs, runs_root
 
     workdir = _workdir(args)
     report = find_report(workdir, args.run_id)
     if report is None:
-        known = list((workdir / "runs").glob(f"*/{args.run_id}"))
+        known = find_run_dirs(workdir, args.run_id)
         recent = recent_run_ids(workdir)
         why = (
             f"run {args.run_id} has no {REPORT_FILE}"
             if known
-            else f"no run {args.run_id} under {workdir / 'runs'}"
+            else f"no run {args.run_id} under {runs_root(workdir)}"
         )
         listing = ("; recent runs: " + ", ".join(recent)) if recent else "; no runs recorded there"
         print(f"error: {why}{listing}", file=sys.stderr)
@@ -236,8 +242,8 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_schema(args: argparse.Namespace) -> int:
-    from pipelines import schema_tools
-    from pipelines.registry import RunPaths
+    from pipelines.ops import schema_review as schema_tools
+    from pipelines.paths import RunPaths
 
     loaded = _load(args, args.pipeline)
     spec = loaded.spec

@@ -15,7 +15,7 @@ from pathlib import Path
 from ml_metadata.metadata_store import metadata_store
 from ml_metadata.proto import metadata_store_pb2
 
-from pipelines.spec import MetadataKind, PipelineSpec
+from pipelines.spec.models import MetadataKind, PipelineSpec
 
 RUN_CONTEXT_TYPE = "pipeline_run"
 NODE_CONTEXT_TYPE = "node"
@@ -33,12 +33,36 @@ STATE_NAMES = {
 }
 
 
+class MetadataConfigError(ValueError):
+    """The profile's metadata settings cannot give a connection; the message names the key."""
+
+
+def metadata_password(spec: PipelineSpec) -> str:
+    """The MySQL password from the environment variable `runtime.metadata.password_env` names.
+
+    The one place the password is read: it is never stored in a spec, a profile or a file
+    Conveyor writes.
+    """
+    variable = spec.runtime.metadata.password_env
+    if not variable:
+        return ""
+    if variable not in os.environ:
+        raise MetadataConfigError(
+            f"runtime.metadata.password_env: the environment variable {variable!r} is not set "
+            "(it holds the metadata database's password)."
+        )
+    return os.environ[variable]
+
+
 def connection_config(
     spec: PipelineSpec, metadata_path: Path
 ) -> metadata_store_pb2.ConnectionConfig:
+    """The ML Metadata connection the profile's `runtime.metadata` describes: what TFX's
+    runners and Conveyor's own readers both open. A SQLite store's folder is created."""
     config = metadata_store_pb2.ConnectionConfig()
     metadata = spec.runtime.metadata
     if metadata.kind is MetadataKind.SQLITE:
+        metadata_path.parent.mkdir(parents=True, exist_ok=True)
         config.sqlite.filename_uri = str(metadata_path)
         config.sqlite.connection_mode = (
             metadata_store_pb2.SqliteMetadataSourceConfig.READWRITE_OPENCREATE
@@ -48,8 +72,7 @@ def connection_config(
         config.mysql.port = int(metadata.port or 3306)
         config.mysql.database = str(metadata.database)
         config.mysql.user = str(metadata.user)
-        if metadata.password_env:
-            config.mysql.password = os.environ.get(metadata.password_env, "")
+        config.mysql.password = metadata_password(spec)
     return config
 
 

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from pipelines import cli
-from pipelines.builder import build_pipeline
-from pipelines.config import load_spec
-from pipelines.runners.airflow import RANGE_CONFIG_TEMPLATE
+from pipelines.build.builder import build_pipeline
+from pipelines.build.spans import RANGE_CONFIG_TEMPLATE
+from pipelines.spec.loading import load_spec
 
 AIRFLOW = str(Path(sys.executable).parent / "airflow")
 NIGHT = datetime.date(2026, 11, 28)

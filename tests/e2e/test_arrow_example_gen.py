@@ -11,9 +11,9 @@ from tensorflow_metadata.proto.v0 import statistics_pb2
 
 from components.statistics_gen.executor import READ_FROM_PROPERTY, READ_PARQUET
 from pipelines import cli
-from pipelines.config import load_spec
-from pipelines.registry import RunPaths
-from pipelines.runners import local
+from pipelines.paths import RunPaths
+from pipelines.run import local
+from pipelines.spec.loading import load_spec
 
 # Only the data path of the taxi spec: no gate, window or warm start to wire.
 DATA_PATH_ONLY = [

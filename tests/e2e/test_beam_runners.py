@@ -9,9 +9,9 @@ import yaml
 from google.protobuf import json_format
 
 from pipelines import cli
-from pipelines.config import SPECS_DIR, load_spec
-from pipelines.registry import RunPaths
-from pipelines.runners import local
+from pipelines.paths import RunPaths
+from pipelines.run import local
+from pipelines.spec.loading import SPECS_DIR, load_spec
 
 SINGLE_PROCESS = 'runtime.beam_args=["--direct_running_mode=in_memory", "--direct_num_workers=1"]'
 

@@ -9,10 +9,12 @@ from pathlib import Path
 import pytest
 from google.protobuf import json_format
 
-from pipelines import cli, config
-from pipelines.builder import build_pipeline
-from pipelines.config import load_spec
-from pipelines.runners.kubeflow import EXECUTOR_COMMAND
+from pipelines import cli
+from pipelines.build.builder import build_pipeline
+from pipelines.paths import PROJECT_ROOT
+from pipelines.run.kubeflow import EXECUTOR_COMMAND
+from pipelines.spec import loading as config
+from pipelines.spec.loading import load_spec
 
 SERVED_MODEL_RESOLVERS = {"baseline_resolver", "warm_start_resolver"}
 BYPASSED_RESOLVERS = {"span_window_resolver", "drift_baseline_resolver"}
@@ -122,7 +124,7 @@ def test_project_files_point_into_the_image(compiled):
     job, _ = compiled["penguin"]
     text = json.dumps(job)
     assert "/conveyor/schemas/penguin/schema.pbtxt" in text
-    assert str(config.PROJECT_ROOT) + "/" not in text
+    assert str(PROJECT_ROOT) + "/" not in text
 
 
 @pytest.mark.parametrize("name", config.list_pipelines())

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from pipelines import cli, metadata
-from pipelines.config import PROJECT_ROOT, load_spec
-from pipelines.registry import RunPaths
-from pipelines.runners import local
+from pipelines.paths import PROJECT_ROOT, RunPaths
+from pipelines.run import local
+from pipelines.spec.loading import load_spec
 
 PASSWORD = "conveyor-test-password"
 DATABASE = "conveyor_metadata"  # as configs/team_mysql.yaml names it

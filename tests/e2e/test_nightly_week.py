@@ -14,12 +14,14 @@ import threading
 import pandas as pd
 import pytest
 import tensorflow as tf
-from make_taxi_nights import DROPPED_COLUMN, LABEL, write_week
-from make_taxi_rows import write_rows
 
-from pipelines import cli, metadata, nightly, spans
-from pipelines.config import load_spec
-from pipelines.registry import RunPaths
+from pipelines import cli, metadata
+from pipelines.build import spans
+from pipelines.datasets.taxi import write_rows
+from pipelines.datasets.taxi_nights import DROPPED_COLUMN, LABEL, write_week
+from pipelines.ops import nightly
+from pipelines.paths import RunPaths
+from pipelines.spec.loading import load_spec
 
 FIRST_NIGHT = datetime.date(2026, 11, 23)
 ROWS = 2000

@@ -13,10 +13,10 @@ import tensorflow as tf
 
 from components.pusher.executor import model_digest
 from pipelines import cli, metadata
-from pipelines.config import load_spec
-from pipelines.registry import RunPaths
-from pipelines.runners import local
-from pipelines.spec import DEFAULT_COMPONENTS
+from pipelines.paths import RunPaths
+from pipelines.run import local
+from pipelines.spec.loading import load_spec
+from pipelines.spec.models import DEFAULT_COMPONENTS
 from tests.conftest import copy_fixture
 
 # Every node of the default chain but the resolver, which only resolves inputs.

@@ -9,9 +9,9 @@ import re
 import pytest
 
 from pipelines import cli
-from pipelines.config import PROJECT_ROOT, load_spec
-from pipelines.registry import RunPaths
-from pipelines.runners import local
+from pipelines.paths import PROJECT_ROOT, RunPaths
+from pipelines.run import local
+from pipelines.spec.loading import load_spec
 
 pytestmark = pytest.mark.e2e
 

@@ -4,9 +4,9 @@ an integer binary label derived from two columns, hashed integer categories, mis
 import tensorflow as tf
 
 from pipelines import cli
-from pipelines.config import load_spec
-from pipelines.registry import RunPaths
-from pipelines.runners import local
+from pipelines.paths import RunPaths
+from pipelines.run import local
+from pipelines.spec.loading import load_spec
 
 
 def test_taxi_runs_fully_and_serves_a_binary_classifier(tmp_path):

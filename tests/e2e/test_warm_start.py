@@ -6,10 +6,10 @@ import json
 import pandas as pd
 
 from pipelines import cli, metadata
-from pipelines.config import load_spec
-from pipelines.registry import RunPaths
-from pipelines.runners import local
-from pipelines.spec import DEFAULT_COMPONENTS
+from pipelines.paths import RunPaths
+from pipelines.run import local
+from pipelines.spec.loading import load_spec
+from pipelines.spec.models import DEFAULT_COMPONENTS
 
 # The default chain with a warm_start_resolver just before the trainer.
 _TYPES = [

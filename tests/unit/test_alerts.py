@@ -7,9 +7,9 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import pytest
 
-from pipelines.alerts import send_alert
-from pipelines.config import load_spec
-from pipelines.runners.local import RunResult
+from pipelines.ops.alerts import send_alert
+from pipelines.run.local import RunResult
+from pipelines.spec.loading import load_spec
 
 WEBHOOK_ENV = "CONVEYOR_TEST_WEBHOOK"
 GATE = {

@@ -4,9 +4,9 @@ import os
 
 import pytest
 
-from pipelines import fingerprint
-from pipelines.config import load_spec
-from pipelines.registry import RunPaths
+from pipelines.ops import fingerprint
+from pipelines.paths import RunPaths
+from pipelines.spec.loading import load_spec
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ from tfx.dsl.components.base import base_beam_executor
 from tfx.orchestration.local import local_dag_runner  # noqa: F401 (as after a run's imports)
 from tfx.utils import dependency_utils
 
-from pipelines.runners import local
+from pipelines.run import local
 
 
 def _beam_args_an_executor_gets(beam_args: list[str]) -> list[str]:

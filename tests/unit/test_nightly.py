@@ -8,8 +8,10 @@ import stat
 import pandas as pd
 import pytest
 
-from pipelines import cli, nightly, spans
-from pipelines.config import load_spec
+from pipelines import cli
+from pipelines.build import spans
+from pipelines.ops import nightly
+from pipelines.spec.loading import load_spec
 
 
 def test_schedule_prints_a_crontab_line_for_last_nights_span(tmp_path, capsys):

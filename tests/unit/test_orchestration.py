@@ -9,9 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from pipelines import cli, config, orchestration
-from pipelines.config import PROJECT_ROOT, SpecError, load_spec
-from pipelines.spec import Orchestrator, ResourcesSpec, check_beam_args
+from pipelines import cli
+from pipelines.paths import PROJECT_ROOT
+from pipelines.spec import checks
+from pipelines.spec import loading as config
+from pipelines.spec.loading import SpecError, load_spec
+from pipelines.spec.models import Orchestrator, ResourcesSpec, check_beam_args
 
 PROBE = """
 import sys
@@ -46,7 +49,7 @@ def test_the_production_profiles_exist_and_every_spec_validates_under_each():
     )
     for name in config.list_pipelines():
         for env in profiles:
-            orchestration.check_profile(load_spec(name, env=env))
+            checks.check_profile(load_spec(name, env=env))
 
 
 @pytest.mark.parametrize(
@@ -62,7 +65,7 @@ def test_the_production_profiles_exist_and_every_spec_validates_under_each():
 def test_beam_profiles_choose_their_runner_and_beam_knows_every_argument(env, runner):
     spec = load_spec("taxi", env=env).spec
     assert spec.runtime.beam_runner == runner
-    orchestration.check_beam_options(spec)  # Beam's own parser: no unknown option
+    checks.check_beam_options(spec)  # Beam's own parser: no unknown option
     if env == "multiprocess":
         assert "--direct_running_mode=multi_processing" in spec.runtime.beam_args
 
@@ -71,7 +74,7 @@ def test_a_misspelt_beam_option_is_caught_by_beams_parser():
     # (Beam's parser takes an unambiguous prefix, e.g. --direct_num_worker, as the option.)
     spec = load_spec("taxi", overrides=['runtime.beam_args=["--direct_workers=2"]']).spec
     with pytest.raises(SpecError, match="Beam does not know --direct_workers"):
-        orchestration.check_beam_options(spec)
+        checks.check_beam_options(spec)
 
 
 @pytest.mark.parametrize(
@@ -132,7 +135,7 @@ def test_resources_for_a_node_the_spec_does_not_have_are_refused():
         "penguin", env="kubeflow", overrides=["runtime.container.resources.trainr={}"]
     )
     with pytest.raises(SpecError, match=r"resources\.trainr: no node 'trainr' in components"):
-        orchestration.check_profile(loaded)
+        checks.check_profile(loaded)
 
 
 def test_memory_quantities_convert_to_gigabytes():
@@ -148,10 +151,10 @@ def test_the_gpu_profile_asks_for_a_gpu_for_the_trainer_only():
 
 
 def test_compile_targets_the_profiles_orchestrator():
-    assert orchestration.target_of(load_spec("penguin", env="kubeflow")) is Orchestrator.KUBEFLOW
-    assert orchestration.target_of(load_spec("penguin", env="airflow")) is Orchestrator.AIRFLOW
+    assert checks.target_of(load_spec("penguin", env="kubeflow")) is Orchestrator.KUBEFLOW
+    assert checks.target_of(load_spec("penguin", env="airflow")) is Orchestrator.AIRFLOW
     gpu = load_spec("penguin", env="gpu")
-    assert orchestration.target_of(gpu, "kubeflow") is Orchestrator.KUBEFLOW
+    assert checks.target_of(gpu, "kubeflow") is Orchestrator.KUBEFLOW
 
 
 def test_compile_of_a_local_profile_says_what_to_do(capsys):
@@ -203,7 +206,7 @@ def test_an_unreachable_metadata_database_fails_validate_and_compile(tmp_path, m
 def test_a_missing_metadata_password_variable_is_named(monkeypatch):
     monkeypatch.delenv("CONVEYOR_MYSQL_PASSWORD", raising=False)
     with pytest.raises(SpecError, match="'CONVEYOR_MYSQL_PASSWORD' is not set"):
-        orchestration.check_metadata_reachable(load_spec("penguin", env="team_mysql").spec)
+        checks.check_metadata_reachable(load_spec("penguin", env="team_mysql").spec)
 
 
 def test_the_dockerfile_installs_the_repositorys_lock_with_the_makefiles_uv():

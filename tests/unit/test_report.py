@@ -1,11 +1,11 @@
 """The run report without a pipeline: what it says when ML Metadata holds nothing, escaping, and
 finding a report by run id."""
 
-from pipelines.config import load_spec
 from pipelines.metadata import NodeRecord
-from pipelines.registry import RunPaths
-from pipelines.report import find_report, recent_run_ids, write_report
-from pipelines.runners.local import RunResult
+from pipelines.ops.report import find_report, recent_run_ids, write_report
+from pipelines.paths import RunPaths
+from pipelines.run.local import RunResult
+from pipelines.spec.loading import load_spec
 
 
 def test_a_blocked_run_without_metadata_still_gets_a_report(tmp_path):

@@ -4,8 +4,8 @@ import datetime
 
 import pytest
 
-from pipelines import spans
-from pipelines.config import load_spec
+from pipelines.build import spans
+from pipelines.spec.loading import load_spec
 
 
 @pytest.fixture

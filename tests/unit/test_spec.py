@@ -5,9 +5,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pipelines import config
-from pipelines.config import SpecError, load_spec
-from pipelines.spec import DEFAULT_COMPONENTS
+from pipelines.paths import SPECS_DIR
+from pipelines.spec import loading as config
+from pipelines.spec.loading import SpecError, load_spec
+from pipelines.spec.models import DEFAULT_COMPONENTS
 
 PAIRS = [(name, env) for name in config.list_pipelines() for env in config.list_profiles()]
 
@@ -23,7 +24,7 @@ def test_the_project_ships_both_reference_pipelines_and_profiles():
 def test_every_spec_loads_validates_and_builds(name, env, tmp_path):
     from tfx.dsl.compiler import compiler
 
-    from pipelines.builder import build_pipeline
+    from pipelines.build.builder import build_pipeline
 
     spec = load_spec(name, env=env).spec
     pipeline = build_pipeline(spec, tmp_path)
@@ -57,7 +58,7 @@ def test_spec_is_frozen():
 
 
 def _write_spec(tmp_path: Path, edit) -> Path:
-    data = yaml.safe_load((config.SPECS_DIR / "penguin.yaml").read_text())
+    data = yaml.safe_load((SPECS_DIR / "penguin.yaml").read_text())
     edit(data)
     path = tmp_path / "penguin.yaml"
     path.write_text(yaml.safe_dump(data))
@@ -122,13 +123,50 @@ def test_duplicate_yaml_keys_are_refused(tmp_path):
         load_spec(str(path))
 
 
-def test_a_component_needing_a_missing_input_says_which_to_add(tmp_path):
-    from pipelines.builder import build_pipeline
-    from pipelines.registry import BuildError
+def test_a_component_needing_a_missing_input_is_refused_at_validation_naming_the_entry():
+    with pytest.raises(
+        SpecError, match=r"components\[0\] \(trainer\): needs 'examples'.*csv_example_gen"
+    ):
+        load_spec("penguin", overrides=["components=[{type: trainer}]"])
 
-    spec = load_spec("penguin", overrides=["components=[{type: trainer}]"]).spec
-    with pytest.raises(BuildError, match="component 'trainer' needs 'examples'.*csv_example_gen"):
-        build_pipeline(spec, tmp_path)
+
+_GATE_ONLY = (
+    "components=[{type: csv_example_gen}, {type: statistics_gen}, {type: schema_gen}, "
+    "{type: example_validator}, {type: data_gate}]"
+)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        # without drift the gate needs no drift baseline
+        (["data.drift={}", "data.window_spans=1", _GATE_ONLY], None),
+        # a role needed only because of a spec key names that key
+        (
+            [_GATE_ONLY],
+            "components[4] (data_gate): needs 'previous_statistics' (because of data.drift)",
+        ),
+        (
+            ["components=[{type: csv_example_gen}, {type: pusher}]"],
+            "components[1] (pusher): needs 'model'",
+        ),
+    ],
+)
+def test_the_component_table_checks_wiring_in_list_order(overrides, message):
+    if message is None:
+        assert load_spec("taxi", overrides=overrides).spec.components[-1].type == "data_gate"
+        return
+    with pytest.raises(SpecError) as err:
+        load_spec("taxi", overrides=overrides)
+    assert message in str(err.value)
+
+
+def test_every_component_type_has_an_importable_build_function():
+    from pipelines.build.builder import build_function
+    from pipelines.spec.components import COMPONENT_TYPES
+
+    for name in COMPONENT_TYPES:
+        assert callable(build_function(name)), name
 
 
 def test_skipping_bad_rows_needs_a_reader_that_can(tmp_path):
@@ -147,7 +185,7 @@ def test_skipping_bad_rows_needs_a_reader_that_can(tmp_path):
     ],
 )
 def test_reader_auto_chooses_by_input_size(tmp_path, overrides, arrow):
-    from pipelines.registry import use_arrow_reader
+    from pipelines.build.context import use_arrow_reader
 
     (tmp_path / "data.csv").write_text("a,b\n1,2\n")
     assert use_arrow_reader(load_spec("taxi", overrides=overrides).spec, tmp_path) is arrow
@@ -155,7 +193,7 @@ def test_reader_auto_chooses_by_input_size(tmp_path, overrides, arrow):
 
 @pytest.mark.parametrize(("name", "key"), [("penguin", None), ("taxi", "trip_start_timestamp")])
 def test_split_key_reaches_example_gen_only_when_set(tmp_path, name, key):
-    from pipelines.builder import build_pipeline
+    from pipelines.build.builder import build_pipeline
 
     pipeline = build_pipeline(load_spec(name).spec, tmp_path)
     from tfx.proto import example_gen_pb2
@@ -172,7 +210,7 @@ def test_split_key_reaches_example_gen_only_when_set(tmp_path, name, key):
 
 
 def test_thresholds_gate_the_whole_evaluation_set_not_each_slice():
-    from pipelines.registry import eval_config
+    from pipelines.build.nodes.evaluator import eval_config
 
     config = eval_config(load_spec("taxi").spec)
     assert [list(s.feature_keys) for s in config.slicing_specs] == [[], ["payment_type"]]
@@ -188,7 +226,10 @@ def test_thresholds_gate_the_whole_evaluation_set_not_each_slice():
 
 
 def test_warm_start_without_its_resolver_is_refused_at_validation():
-    with pytest.raises(SpecError, match="needs a `warm_start_resolver` component before the"):
+    with pytest.raises(
+        SpecError,
+        match="needs 'warm_start_model' .because of trainer.warm_start.*warm_start_resolver",
+    ):
         load_spec("penguin", overrides=["trainer.warm_start=true"])
 
 

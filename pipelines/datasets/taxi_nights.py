@@ -24,7 +24,8 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from make_taxi_rows import write_rows
+
+from pipelines.datasets.taxi import write_rows
 
 CHANGES = ("drift", "shuffled_labels", "missing_column")
 DRIFTED_COLUMN, DRIFT_FACTOR = "fare", 100.0

@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pipelines.config import PROJECT_ROOT
-from pipelines.registry import RunPaths
-from pipelines.spec import PipelineSpec, SchemaSource
+from pipelines.paths import RunPaths
+from pipelines.spec.loading import PROJECT_ROOT
+from pipelines.spec.models import PipelineSpec, SchemaSource
 
 EXIT_DIFFERENT = 3  # `schema diff` found differences (0: none)
 STATISTICS_TYPE = "ExampleStatistics"

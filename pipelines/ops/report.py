@@ -23,9 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pipelines.registry import RunPaths
+from pipelines.paths import REPORT_FILE, RunPaths, find_run_dirs, recent_run_dirs
 
-REPORT_FILE = "report.html"
 TOP_VALUES = 5
 
 _CSS = """
@@ -629,7 +628,7 @@ def write_report(result, paths: RunPaths) -> Path:
     """Writes `<result.run_dir>/report.html` for a finished run and returns its path.
 
     Args:
-      result: the run's `pipelines.runners.local.RunResult` (with `run_dir` set).
+      result: the run's `pipelines.run.local.RunResult` (with `run_dir` set).
       paths: the run's `RunPaths` (its metadata store, serving directory and spec).
     """
     from pipelines.metadata import open_store
@@ -645,7 +644,7 @@ def write_report(result, paths: RunPaths) -> Path:
 
 def find_report(workdir: Path, run_id: str) -> Path | None:
     """`<workdir>/runs/<pipeline>/<run_id>/report.html`, whichever pipeline ran it."""
-    for run_dir in sorted((workdir / "runs").glob(f"*/{run_id}")):
+    for run_dir in find_run_dirs(workdir, run_id):
         report = run_dir / REPORT_FILE
         if report.is_file():
             return report
@@ -654,7 +653,4 @@ def find_report(workdir: Path, run_id: str) -> Path | None:
 
 def recent_run_ids(workdir: Path, limit: int = 5) -> list[str]:
     """The newest run ids with a directory under `<workdir>/runs/`, newest first."""
-    run_dirs = [p for p in (workdir / "runs").glob("*/*") if p.is_dir()]
-    # Run ids end in a sortable UTC stamp: `<pipeline>-<YYYYmmddTHHMMSS.ffffffZ>`.
-    run_dirs.sort(key=lambda p: p.name.rsplit("-", 1)[-1], reverse=True)
-    return [p.name for p in run_dirs[:limit]]
+    return [p.name for p in recent_run_dirs(workdir, limit)]

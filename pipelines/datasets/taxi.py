@@ -41,8 +41,8 @@ def load_sample() -> pd.DataFrame:
         The prepared rows. Only empty fields are read as missing, and floats are parsed to the
         exact double written, so writing an unchanged row reproduces its bytes.
     """
-    from pipelines.config import load_spec
-    from pipelines.datasets import prepare
+    from pipelines.datasets.prepare import prepare
+    from pipelines.spec.loading import load_spec
 
     spec = load_spec(PIPELINE).spec
     with tempfile.TemporaryDirectory(prefix="taxi-sample-") as scratch:

@@ -13,9 +13,26 @@ import glob
 import re
 from pathlib import Path
 
-from pipelines.spec import PipelineSpec
+from pipelines.spec.models import PipelineSpec
 
 EPOCH = datetime.date(1970, 1, 1)  # tfx.components.example_gen.utils.UNIX_EPOCH_DATE
+
+
+# Built for Airflow, a DAG is made once, when Airflow parses its file, so the night cannot be a
+# build argument there. ExampleGen's `range_config` (and the data gate's description) become
+# Airflow templates of the DAG run's logical date (`ds`) instead: Airflow renders them when the
+# task runs (AirflowComponent passes exec properties as PythonOperator's templated `op_kwargs`,
+# which is also how TFX's AirflowDagRunner handles RuntimeParameters), so each night's run
+# ingests exactly that date's span, the StaticRange `conveyor run --date` sets.
+# Days since 1970-01-01 of the DAG run's logical date: TFX's span number of a dated span.
+SPAN_OF_LOGICAL_DATE = (
+    '(macros.datetime.strptime(ds, "%Y-%m-%d") - macros.datetime(1970, 1, 1)).days'
+)
+RANGE_CONFIG_TEMPLATE = (
+    "{% set span = " + SPAN_OF_LOGICAL_DATE + " %}"
+    '{"static_range": {"start_span_number": {{ span }}, "end_span_number": {{ span }}}}'
+)
+DATA_DESCRIPTION_TEMPLATE = "{{ ds }} (span {{ " + SPAN_OF_LOGICAL_DATE + " }})"
 
 
 class SpanError(ValueError):

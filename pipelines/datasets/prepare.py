@@ -10,7 +10,7 @@ import filecmp
 import importlib.util
 from pathlib import Path
 
-from pipelines.spec import PipelineSpec
+from pipelines.spec.models import PipelineSpec
 
 
 class DataPreparationError(ValueError):

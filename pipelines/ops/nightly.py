@@ -17,77 +17,69 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipelines import fingerprint, spans
-from pipelines.config import PROJECT_ROOT, LoadedSpec
-from pipelines.registry import RunPaths
+from pipelines.build import spans
+from pipelines.ops import fingerprint
+from pipelines.outcome import Outcome, RunResult
+from pipelines.paths import CRON_LOG, PROJECT_ROOT, RunPaths, runs_root
+from pipelines.run.plan import Run
+from pipelines.spec.loading import LoadedSpec
 
-EXIT_OK, EXIT_FAILED, EXIT_BLOCKED = 0, 1, 2
 CRON_MARKER = "# conveyor:"  # ends every crontab line Conveyor installs: `# conveyor:<pipeline>`
 
 
 @dataclass
 class NightOutcome:
     span: int | None
-    outcome: str  # pushed / not_pushed / blocked / failed
+    outcome: Outcome
     message: str
     unchanged: bool  # answered from the recorded fingerprint: nothing executed
     run_dir: str | None = None
 
     @property
     def exit_code(self) -> int:
-        if self.outcome == "blocked":
-            return EXIT_BLOCKED
-        return EXIT_OK if self.outcome in ("pushed", "not_pushed") else EXIT_FAILED
+        return Outcome(self.outcome).exit_code
 
 
 def run_night(
-    loaded: LoadedSpec,
-    workdir: Path,
-    span: int | None,
+    planned: Run,
     force: bool = False,
     echo: Callable[[str], None] = print,
 ) -> NightOutcome:
-    """Runs one span (None: a spec without spans) unless it is already done and unchanged."""
-    paths = RunPaths(workdir=workdir, spec=loaded.spec)
+    """Runs one planned span (None: a spec without spans) unless it is already done and
+    unchanged since its last final outcome."""
+    paths, span = planned.paths, planned.span
     previous = None if force else fingerprint.unchanged_since(paths, span)
     if previous is not None:
         served = previous["served_versions"]
         serving = f"version {served[-1]}" if served else "nothing"
-        what = {
-            "blocked": "was blocked by the data gate",
-            "pushed": "pushed",
-            "not_pushed": "pushed nothing",
-        }[previous["outcome"]]
+        outcome = Outcome(previous["outcome"])
+        what = outcome.past_tense
         return NightOutcome(
             span,
-            previous["outcome"],
+            outcome,
             f"same data, spec, schema and code as run {previous['run_id']}, which {what}; "
             f"nothing executed, nothing pushed (serving {serving}). --force runs the pipeline "
             "anyway (every component would be a cache hit).",
             unchanged=True,
         )
-    from pipelines.runners import local
+    from pipelines.run import local
 
-    result = local.run(loaded, workdir, echo=echo, span=span)
+    result = local.execute(planned, echo=echo)
     return NightOutcome(span, result.outcome, result.message, False, result.run_dir)
 
 
 def alert_missing_night(spec, span: int, message: str) -> str | None:
     """A night whose data never landed is a failed night: the webhook hears about it too."""
-    from types import SimpleNamespace
-
-    from pipelines.alerts import send_alert
+    from pipelines.ops.alerts import send_alert
 
     night = spans.date_of_span(span).isoformat() if spec.data.dated_spans else None
-    missing = SimpleNamespace(
-        pipeline=spec.name,
+    missing = RunResult(
         run_id=None,
-        outcome="failed",
+        pipeline=spec.name,
+        outcome=Outcome.FAILED,
         message=message,
         night=night,
         span=span,
-        run_dir=None,
-        data_gate=None,
     )
     return send_alert(spec, missing)
 
@@ -115,14 +107,14 @@ def backfill(
         raise spans.SpanError(
             f"{spec.name}: backfill needs dated spans ({{YYYY}}{{MM}}{{DD}} in data.span_pattern)"
         )
-    paths = RunPaths(workdir=workdir, spec=spec)
+    paths = RunPaths(workdir=Path(workdir).resolve(), spec=spec)
     done: list[tuple[datetime.date, NightOutcome]] = []
     for night in nights_between(start, end):
         span = spans.span_of_date(night)
         if not spans.span_files(spec, paths.input_dir, span):
             outcome = NightOutcome(
                 span,
-                "failed",
+                Outcome.FAILED,
                 f"no data for {spans.describe(spec, span)}: nothing matches "
                 f"{spans.span_glob(spec, paths.input_dir, span)}",
                 unchanged=False,
@@ -131,14 +123,14 @@ def backfill(
                 echo(sent)
         else:
             echo(f"night {night.isoformat()}:")
-            outcome = run_night(loaded, workdir, span, echo=echo)
+            outcome = run_night(Run(loaded, paths, span), echo=echo)
         echo(
-            f"night {night.isoformat()}: {outcome.outcome.upper()}"
+            f"night {night.isoformat()}: {Outcome(outcome.outcome).verdict}"
             + (" (already done, skipped)" if outcome.unchanged else "")
             + f": {outcome.message}"
         )
         done.append((night, outcome))
-        if outcome.outcome == "failed":
+        if outcome.outcome == Outcome.FAILED:
             echo(f"backfill stopped at {night.isoformat()}: the later nights were not run")
             break
     return done
@@ -157,7 +149,7 @@ def cron_line(
     command = [executable, "run", spec_name, "--date", "yesterday", "--workdir", str(workdir)]
     if env:
         command += ["--env", env]
-    log = workdir / "runs" / spec_name / "cron.log"
+    log = runs_root(workdir) / spec_name / CRON_LOG
     shell = (
         f"cd {shlex.quote(str(PROJECT_ROOT))} && mkdir -p {shlex.quote(str(log.parent))} && "
         f"{shlex.join(command)} >> {shlex.quote(str(log))} 2>&1"

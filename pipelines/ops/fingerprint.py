@@ -17,26 +17,15 @@ import json
 from pathlib import Path
 from typing import Any
 
-from pipelines.config import PROJECT_ROOT, source_digest
-from pipelines.registry import RunPaths
-from pipelines.spans import span_files
-from pipelines.spec import SchemaSource
-
-LATEST_FILE = "latest_outcome.json"  # the last final outcome of an unspanned pipeline
-NIGHTS_DIR = "nights"  # one record per span: `<runs_dir>/nights/span-<n>.json`
-# Outcomes a re-run with nothing changed would repeat exactly (a failure is always retried).
-FINAL_OUTCOMES = ("pushed", "not_pushed", "blocked")
-_CODE_DIRS = ("pipelines", "components")
+from pipelines.build.spans import span_files
+from pipelines.outcome import Outcome
+from pipelines.paths import CODE_PACKAGES, LOCK_FILE, RunPaths, project_file
+from pipelines.spec.loading import source_digest
+from pipelines.spec.models import SchemaSource
 
 
 def _sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
-
-
-def record_path(paths: RunPaths, span: int | None) -> Path:
-    if span is None:
-        return paths.runs_dir / LATEST_FILE
-    return paths.runs_dir / NIGHTS_DIR / f"span-{span}.json"
 
 
 def input_files(paths: RunPaths, span: int | None) -> list[Path]:
@@ -49,10 +38,10 @@ def input_files(paths: RunPaths, span: int | None) -> list[Path]:
 def compute(paths: RunPaths, span: int | None = None) -> dict[str, Any]:
     """Everything that decides a run's outputs, as comparable strings."""
     spec = paths.spec
-    lock = PROJECT_ROOT / "requirements.lock"
+    lock = LOCK_FILE
     schema = ""
     if spec.schema_.source is SchemaSource.FILE:
-        schema = _sha((PROJECT_ROOT / str(spec.schema_.path)).read_bytes())
+        schema = _sha(project_file(spec.schema_.path).read_bytes())
     inputs = [
         [str(p.relative_to(paths.input_dir)), p.stat().st_size, p.stat().st_mtime_ns]
         for p in input_files(paths, span)
@@ -60,7 +49,7 @@ def compute(paths: RunPaths, span: int | None = None) -> dict[str, Any]:
     return {
         "span": span,
         "spec": _sha(json.dumps(spec.to_yaml_dict(), sort_keys=True).encode()),
-        "code": source_digest(_CODE_DIRS, (".py", ".yaml")),
+        "code": source_digest(CODE_PACKAGES, (".py", ".yaml")),
         "lock": _sha(lock.read_bytes()) if lock.exists() else "",
         "schema": schema,
         "inputs": inputs,
@@ -77,7 +66,7 @@ def record_outcome(
     paths: RunPaths, run_id: str, outcome: str, fingerprint: dict, span: int | None = None
 ) -> None:
     """Records a run whose outcome a re-run of the same inputs would repeat."""
-    target = record_path(paths, span)
+    target = paths.outcome_record(span)
     target.parent.mkdir(parents=True, exist_ok=True)
     record = {
         "run_id": run_id,
@@ -93,7 +82,7 @@ def record_outcome(
 
 def unchanged_since(paths: RunPaths, span: int | None = None) -> dict | None:
     """The last final run's record (of this span) if running again would change nothing."""
-    latest = record_path(paths, span)
+    latest = paths.outcome_record(span)
     if not latest.exists():
         return None
     try:
@@ -106,7 +95,7 @@ def unchanged_since(paths: RunPaths, span: int | None = None) -> dict | None:
         return None
     if paths.spec.runtime.metadata.kind.value == "sqlite" and not paths.metadata_path.exists():
         return None
-    if record.get("outcome") not in FINAL_OUTCOMES:
+    if record.get("outcome") not in {o.value for o in Outcome if o.final}:
         return None
     if record.get("fingerprint") != compute(paths, span):
         return None

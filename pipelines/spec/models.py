@@ -1,7 +1,7 @@
 """The declarative pipeline definition: typed, strict, frozen models of a pipeline spec.
 
 A spec is read from `pipelines/specs/<name>.yaml`, layered with an environment profile from
-`configs/<env>.yaml` and `--set key.path=value` overrides (see `pipelines.config`), and then
+`configs/<env>.yaml` and `--set key.path=value` overrides (see `pipelines.spec.loading`), and then
 validated here. Every model forbids unknown keys and is frozen, so a validated spec cannot drift
 between the builder, the runner and the report written next to the run's outputs.
 
@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import datetime
 import enum
-import itertools
 import re
 from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from pipelines.spec.components import KNOWN_TYPES, Orchestrator, check_wiring
 
 Identifier = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
 
@@ -332,14 +333,6 @@ class MetadataSpec(StrictModel):
         return self
 
 
-class Orchestrator(str, enum.Enum):
-    """What runs the pipeline: `conveyor run` (local) or what `conveyor compile` writes for."""
-
-    LOCAL = "local"
-    KUBEFLOW = "kubeflow"
-    AIRFLOW = "airflow"
-
-
 _MEMORY = re.compile(r"^(\d+(?:\.\d+)?)(K|M|G|T|Ki|Mi|Gi|Ti)?$")
 _MEMORY_GB = {None: 1e-9, "K": 1e-6, "M": 1e-3, "G": 1.0, "T": 1e3}
 _MEMORY_GB.update({"Ki": 2**10 / 1e9, "Mi": 2**20 / 1e9, "Gi": 2**30 / 1e9, "Ti": 2**40 / 1e9})
@@ -466,6 +459,15 @@ def check_beam_args(args: tuple[str, ...] | list[str]) -> str:
     return runner
 
 
+def missing_image(runtime: RuntimeSpec, target: Orchestrator) -> str | None:
+    """Why `target` cannot run without an image when the runtime names none, else None."""
+    if target is Orchestrator.KUBEFLOW and not runtime.container.image:
+        return (
+            "Kubeflow needs the pipeline image (built from the Dockerfile); the profile names none"
+        )
+    return None
+
+
 class RuntimeSpec(StrictModel):
     """Where and how a run executes; profiles in `configs/` set these."""
 
@@ -496,11 +498,9 @@ class RuntimeSpec(StrictModel):
 
     @model_validator(mode="after")
     def _kubeflow_has_an_image(self) -> RuntimeSpec:
-        if self.orchestrator is Orchestrator.KUBEFLOW and not self.container.image:
-            raise ValueError(
-                "orchestrator 'kubeflow' needs container.image (the pipeline image built "
-                "from the Dockerfile)"
-            )
+        problem = missing_image(self, self.orchestrator)
+        if problem:
+            raise ValueError(f"orchestrator 'kubeflow' needs container.image: {problem}")
         return self
 
     @property
@@ -564,8 +564,6 @@ class ComponentRef(StrictModel):
     @field_validator("type")
     @classmethod
     def _registered(cls, value: str) -> str:
-        from pipelines.registry import KNOWN_TYPES
-
         if value not in KNOWN_TYPES:
             raise ValueError(f"unknown component type {value!r} (known: {', '.join(KNOWN_TYPES)})")
         return value
@@ -604,37 +602,13 @@ class PipelineSpec(StrictModel):
         return self
 
     @model_validator(mode="after")
-    def _warm_start_has_a_source(self) -> PipelineSpec:
-        before_trainer = itertools.takewhile(lambda c: c.type != "trainer", self.components)
-        if self.trainer.warm_start and "warm_start_resolver" not in {
-            c.type for c in before_trainer
-        }:
-            raise ValueError(
-                "trainer.warm_start needs a `warm_start_resolver` component before the trainer "
-                "in `components`"
-            )
-        return self
-
-    @model_validator(mode="after")
-    def _span_features_have_their_nodes(self) -> PipelineSpec:
-        order = [c.type for c in self.components]
-
-        def before(first: str, then: str) -> bool:
-            return first in order and then in order and order.index(first) < order.index(then)
-
+    def _components_are_wired(self) -> PipelineSpec:
+        problem = check_wiring(self.components, self)
+        if problem:
+            raise ValueError(problem)
         # Earlier spans join the window once their night's model is blessed: no evaluator, none.
-        if self.data.window_spans > 1 and not (
-            before("span_window_resolver", "trainer") and "evaluator" in order
-        ):
-            raise ValueError(
-                "data.window_spans above 1 needs a `span_window_resolver` component before the "
-                "trainer and an `evaluator` in `components`"
-            )
-        if self.data.drift and not before("drift_baseline_resolver", "data_gate"):
-            raise ValueError(
-                "data.drift needs a `drift_baseline_resolver` component before the `data_gate` "
-                "in `components`"
-            )
+        if self.data.window_spans > 1 and "evaluator" not in {c.type for c in self.components}:
+            raise ValueError("data.window_spans above 1 needs an `evaluator` in `components`")
         return self
 
     @model_validator(mode="after")

@@ -2,15 +2,12 @@
 
 `conveyor compile NAME --env airflow` writes a small DAG file holding the resolved spec and the
 working directory; when Airflow imports it, `airflow_dag` validates the spec again and builds
-the pipeline with `pipelines.builder.build_pipeline`, the same one `conveyor run` runs.
+the pipeline with `pipelines.build.builder.build_pipeline`, the same one `conveyor run` runs.
 
 The night: a DAG is built once, when Airflow parses the file, so the night cannot be a
-`build_pipeline(night=...)` argument there. For a spec with dated spans (`data.span_pattern`
-with {YYYY}{MM}{DD}), ExampleGen's `range_config` exec property becomes an Airflow template of
-the DAG run's logical date (`ds`): Airflow renders it when the task runs (AirflowComponent passes
-exec properties as PythonOperator's templated `op_kwargs`, which is also how TFX's
-AirflowDagRunner handles RuntimeParameters), so each night's run ingests exactly that date's
-span, the same StaticRange `build_pipeline(night=ds)` sets for `conveyor run --date`.
+`build_pipeline(night=...)` argument there. Built for Airflow, ExampleGen's `range_config` of a
+spec with dated spans is an Airflow template of the DAG run's logical date instead
+(`pipelines.build.nodes.example_gen`), so each night's run ingests exactly that date's span.
 """
 
 from __future__ import annotations
@@ -21,18 +18,8 @@ import pprint
 from pathlib import Path
 from typing import Any
 
-from pipelines.config import LoadedSpec
-from pipelines.spec import PipelineSpec
-
-# Days since 1970-01-01 of the DAG run's logical date: TFX's span number of a dated span.
-SPAN_OF_LOGICAL_DATE = (
-    '(macros.datetime.strptime(ds, "%Y-%m-%d") - macros.datetime(1970, 1, 1)).days'
-)
-RANGE_CONFIG_TEMPLATE = (
-    "{% set span = " + SPAN_OF_LOGICAL_DATE + " %}"
-    '{"static_range": {"start_span_number": {{ span }}, "end_span_number": {{ span }}}}'
-)
-DATA_DESCRIPTION_TEMPLATE = "{{ ds }} (span {{ " + SPAN_OF_LOGICAL_DATE + " }})"
+from pipelines.spec.loading import LoadedSpec
+from pipelines.spec.models import Orchestrator, PipelineSpec
 
 _DAG_FILE = '''"""Airflow DAG of the Conveyor pipeline {name!r}: written by `{command}`.
 
@@ -46,26 +33,13 @@ import os
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
-from pipelines.runners.airflow import airflow_dag  # noqa: E402
+from pipelines.run.airflow import airflow_dag  # noqa: E402
 
 WORKDIR = {workdir!r}
 RESOLVED_SPEC = {spec}
 
 dag = airflow_dag(RESOLVED_SPEC, WORKDIR)
 '''
-
-
-def template_the_night(pipeline) -> list[str]:
-    """Makes ExampleGen ingest the span of the DAG run's logical date; returns the node ids."""
-    templated = []
-    for node in pipeline.components:
-        properties = getattr(node, "exec_properties", {})
-        if "input_config" in properties and "range_config" in properties:
-            properties["range_config"] = RANGE_CONFIG_TEMPLATE
-            templated.append(node.id)
-        if "data_description" in properties:
-            properties["data_description"] = DATA_DESCRIPTION_TEMPLATE
-    return templated
 
 
 def dag_config(spec: PipelineSpec) -> dict[str, Any]:
@@ -93,12 +67,18 @@ def airflow_dag(resolved_spec: dict[str, Any], workdir: str):
         AirflowPipelineConfig,
     )
 
-    from pipelines.builder import build_pipeline
+    from pipelines.build.builder import build_pipeline
+    from pipelines.metadata import connection_config
+    from pipelines.paths import RunPaths
 
     spec = PipelineSpec.model_validate(resolved_spec)
-    pipeline = build_pipeline(spec, Path(workdir))
-    if spec.data.dated_spans:
-        template_the_night(pipeline)
+    paths = RunPaths(workdir=Path(workdir).resolve(), spec=spec)
+    pipeline = build_pipeline(
+        spec,
+        paths.workdir,
+        target=Orchestrator.AIRFLOW,
+        metadata_connection_config=connection_config(spec, paths.metadata_path),
+    )
     runner = AirflowDagRunner(AirflowPipelineConfig(airflow_dag_config=dag_config(spec)))
     return runner.run(pipeline)
 

@@ -16,41 +16,18 @@ import os
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 
 import yaml
 
-from pipelines import fingerprint, spans
-from pipelines.config import LoadedSpec
-from pipelines.metadata import NodeRecord, find_run, open_store
-from pipelines.registry import RunPaths
-
-
-@dataclass
-class RunResult:
-    run_id: str
-    pipeline: str
-    outcome: str  # pushed / not_pushed / blocked / failed
-    message: str
-    pushed_version: str | None = None
-    pushed_path: str | None = None
-    nodes: list[NodeRecord] = field(default_factory=list)
-    run_dir: str = ""
-    # The night this run processed (ISO date) and its span number; None for unspanned data.
-    night: str | None = None
-    span: int | None = None
-    # What the data gate found: {"passed": bool, "anomalies": [{"column", "split",
-    # "description"}], "drift": [{"column", "measure", "distance", "threshold", "breached",
-    # "against"}], "skew": [same keys]}; None when the gate did not run.
-    data_gate: dict | None = None
-    # Seconds LocalDagRunner took for the whole pipeline (every component, TFX's own
-    # bookkeeping between them included; not Python's start-up or the imports).
-    pipeline_seconds: float | None = None
-
-    @property
-    def ok(self) -> bool:
-        return self.outcome in ("pushed", "not_pushed")
+from pipelines.build import spans
+from pipelines.metadata import connection_config, find_run, open_store
+from pipelines.ops import fingerprint
+from pipelines.outcome import Outcome, RunResult
+from pipelines.paths import RESOLVED_SPEC, RUN_LOG, RUN_SUMMARY, RunPaths
+from pipelines.run.plan import Run
+from pipelines.spec.loading import LoadedSpec
 
 
 class _ProgressHandler(logging.Handler):
@@ -202,22 +179,23 @@ def run(
     night: datetime.date | None = None,
     span: int | None = None,
 ) -> RunResult:
-    """Runs the spec's pipeline with LocalDagRunner under `workdir`; never raises for a failed
-    component (the result says what failed), only for errors before the run starts.
+    """Plans the run (`night` or `span` picks the span; default: the latest with data) and
+    executes it; see `execute`. spans.SpanError says when the span has no data."""
+    return execute(Run.plan(loaded, workdir, night, span), echo)
 
-    For a spec with spans, `night` or `span` picks the span to ingest (default: the latest with
-    data); spans.SpanError says when it has no data.
-    """
+
+def execute(planned: Run, echo: Callable[[str], None] = print) -> RunResult:
+    """Runs the planned pipeline run with LocalDagRunner; never raises for a failed component
+    (the result says what failed), only for errors before the run starts."""
+    loaded, paths, span = planned.loaded, planned.paths, planned.span
     spec = loaded.spec
-    paths = RunPaths(workdir=Path(workdir).resolve(), spec=spec)
-    span = spans.resolve_span(spec, paths.input_dir, night, span)
     # Taken before the run: an input file that changes while it runs must not be recorded as
     # the input this run consumed.
     inputs_fingerprint = fingerprint.compute(paths, span)
     run_id = new_run_id(spec.name)
-    run_dir = paths.runs_dir / run_id
+    run_dir = paths.run_dir(run_id)
     run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "resolved_spec.yaml").write_text(
+    (run_dir / RESOLVED_SPEC).write_text(
         f"# {spec.name} as run {run_id} (profile {loaded.env}; layers: "
         f"{', '.join(loaded.sources)})\n" + yaml.safe_dump(spec.to_yaml_dict(), sort_keys=False)
     )
@@ -233,9 +211,15 @@ def run(
         from tfx.orchestration.local.local_dag_runner import LocalDagRunner
         from tfx.orchestration.portable import runtime_parameter_utils
 
-        from pipelines.builder import build_pipeline
+        from pipelines.build.builder import build_pipeline
 
-        ir = compiler.Compiler().compile(build_pipeline(spec, paths.workdir, span=span))
+        pipeline = build_pipeline(
+            spec,
+            paths.workdir,
+            span=span,
+            metadata_connection_config=connection_config(spec, paths.metadata_path),
+        )
+        ir = compiler.Compiler().compile(pipeline)
     runtime_parameter_utils.substitute_runtime_parameter(
         ir, {constants.PIPELINE_RUN_ID_PARAMETER_NAME: run_id}
     )
@@ -243,7 +227,7 @@ def run(
     failure: Exception | None = None
     started = time.perf_counter()
     with (
-        _captured_logs(progress, run_dir / "run.log"),
+        _captured_logs(progress, run_dir / RUN_LOG),
         _no_tfx_package_for_direct_runner(spec.runtime.beam_runner),
     ):
         try:
@@ -261,8 +245,8 @@ def run(
         result.span = span
     if result.span is not None and spec.data.dated_spans:
         result.night = spans.date_of_span(result.span).isoformat()
-    (run_dir / "summary.json").write_text(json.dumps(asdict(result), indent=2))
-    from pipelines import alerts, report
+    (run_dir / RUN_SUMMARY).write_text(json.dumps(asdict(result), indent=2))
+    from pipelines.ops import alerts, report
 
     try:
         echo(f"report: {report.write_report(result, paths)}")
@@ -271,7 +255,7 @@ def run(
     alerted = alerts.send_alert(spec, result)
     if alerted:
         echo(alerted)
-    if result.outcome in fingerprint.FINAL_OUTCOMES:
+    if result.outcome.final:
         fingerprint.record_outcome(paths, run_id, result.outcome, inputs_fingerprint, span)
     return result
 
@@ -300,7 +284,7 @@ def _summarise(
         return RunResult(
             run_id=run_id,
             pipeline=pipeline,
-            outcome="blocked" if blocked else "failed",
+            outcome=Outcome.BLOCKED if blocked else Outcome.FAILED,
             message=str(failure) if blocked else f"{type(failure).__name__}: {failure}",
             nodes=nodes,
             span=span,
@@ -311,7 +295,7 @@ def _summarise(
         return RunResult(
             run_id,
             pipeline,
-            "pushed",
+            Outcome.PUSHED,
             f"pushed version {record.pushed_version} to {path}",
             record.pushed_version,
             str(path),
@@ -327,7 +311,7 @@ def _summarise(
     return RunResult(
         run_id,
         pipeline,
-        "not_pushed",
+        Outcome.NOT_PUSHED,
         f"nothing pushed: {reason}",
         nodes=nodes,
         span=span,

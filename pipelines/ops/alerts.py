@@ -15,15 +15,16 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from pipelines.spec import PipelineSpec
+from pipelines.outcome import Outcome
+from pipelines.paths import REPORT_FILE
+from pipelines.spec.models import PipelineSpec
 
-ALERT_OUTCOMES = ("blocked", "failed")
 TIMEOUT_SECONDS = 10.0
 
 
 def alert_payload(result: Any) -> dict[str, Any]:
-    """The JSON body POSTed for a run (a `pipelines.runners.local.RunResult`)."""
-    report = Path(result.run_dir) / "report.html" if result.run_dir else None
+    """The JSON body POSTed for a run (a `pipelines.run.local.RunResult`)."""
+    report = Path(result.run_dir) / REPORT_FILE if result.run_dir else None
     return {
         "pipeline": result.pipeline,
         "run_id": result.run_id,
@@ -48,7 +49,7 @@ def send_alert(spec: PipelineSpec, result: Any, timeout: float = TIMEOUT_SECONDS
       One line saying what happened (sent, or why delivery failed), or None when nothing was to
       be sent: the run succeeded, or no webhook is configured.
     """
-    if result.outcome not in ALERT_OUTCOMES:
+    if not Outcome(result.outcome).alerts:
         return None
     variable = spec.runtime.alert_webhook_env
     url = os.environ.get(variable, "").strip() if variable else ""

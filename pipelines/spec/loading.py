@@ -11,6 +11,7 @@ import csv
 import glob
 import hashlib
 import os
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,11 +20,8 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from pipelines.spec import PipelineSpec, SchemaSource
-
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
-SPECS_DIR = PROJECT_ROOT / "pipelines" / "specs"
-CONFIGS_DIR = PROJECT_ROOT / "configs"
+from pipelines.paths import CONFIGS_DIR, PROJECT_ROOT, SPECS_DIR, project_file, relative_to_project
+from pipelines.spec.models import PipelineSpec, SchemaSource
 
 # Profile keys that are not spec overlays: `pipelines.<name>` overlays one pipeline only.
 _PER_PIPELINE_KEY = "pipelines"
@@ -61,13 +59,6 @@ def list_profiles() -> list[str]:
     return sorted(p.stem for p in CONFIGS_DIR.glob("*.yaml"))
 
 
-def _relative(path: Path) -> str:
-    try:
-        return str(path.resolve().relative_to(PROJECT_ROOT))
-    except ValueError:
-        return str(path)
-
-
 class _DuplicateKeyLoader(yaml.SafeLoader):
     """A YAML loader that refuses a key given twice in one mapping (YAML keeps the last)."""
 
@@ -90,7 +81,7 @@ _DuplicateKeyLoader.add_constructor(
 
 
 def read_yaml(path: Path) -> dict[str, Any]:
-    label = _relative(path)
+    label = relative_to_project(path)
     if not path.is_file():
         raise SpecError(f"{label}: no such file.")
     try:
@@ -152,6 +143,10 @@ def _describe_error(error: Mapping[str, Any], provenance: Mapping[tuple[str, ...
     loc = tuple(str(p) for p in error["loc"])
     # pydantic reports the failing validator of a union/enum after the field; keep field names.
     key_path = ".".join(loc) if loc else "(top level)"
+    message = error["msg"].removeprefix("Value error, ")
+    if not loc and re.match(r"^[a-z_]+(\[\d+\])?[ .:]", message):
+        # A check across sections (the components' wiring) names its own key first.
+        return message.rstrip(".") + "."
     source = None
     for length in range(len(loc), -1, -1):
         source = provenance.get(loc[:length])
@@ -163,9 +158,6 @@ def _describe_error(error: Mapping[str, Any], provenance: Mapping[tuple[str, ...
         return f"{where}{key_path}: unknown key."
     if kind == "missing":
         return f"{where}{key_path}: required key is missing."
-    message = error["msg"]
-    if message.startswith("Value error, "):
-        message = message[len("Value error, ") :]
     given = error.get("input")
     shown = "" if isinstance(given, dict | list) or given is None else f" (got {given!r})"
     return f"{where}{key_path}: {message}{shown}."
@@ -259,25 +251,27 @@ def load_spec(
         path = SPECS_DIR / f"{name_or_path}.yaml"
         if not path.exists():
             raise SpecError(
-                f"unknown pipeline {name_or_path!r}: no {_relative(path)} "
+                f"unknown pipeline {name_or_path!r}: no {relative_to_project(path)} "
                 f"(known pipelines: {', '.join(list_pipelines()) or 'none'})."
             )
     spec_layer = read_yaml(path)
     profile_path = CONFIGS_DIR / f"{env}.yaml"
     if not profile_path.exists():
         raise SpecError(
-            f"unknown environment profile {env!r}: no {_relative(profile_path)} "
+            f"unknown environment profile {env!r}: no {relative_to_project(profile_path)} "
             f"(known profiles: {', '.join(list_profiles())})."
         )
     profile = read_yaml(profile_path)
     per_pipeline = profile.pop(_PER_PIPELINE_KEY, {}) or {}
     if not isinstance(per_pipeline, dict):
-        raise SpecError(f"{_relative(profile_path)}: {_PER_PIPELINE_KEY}: expected a mapping.")
+        raise SpecError(
+            f"{relative_to_project(profile_path)}: {_PER_PIPELINE_KEY}: expected a mapping."
+        )
     layers: list[tuple[str, Mapping[str, Any]]] = [
-        (_relative(path), spec_layer),
-        (_relative(profile_path), profile),
+        (relative_to_project(path), spec_layer),
+        (relative_to_project(profile_path), profile),
         (
-            f"{_relative(profile_path)} ({_PER_PIPELINE_KEY}.{spec_layer.get('name')})",
+            f"{relative_to_project(profile_path)} ({_PER_PIPELINE_KEY}.{spec_layer.get('name')})",
             per_pipeline.get(spec_layer.get("name"), {}) or {},
         ),
     ]
@@ -296,7 +290,9 @@ def schema_columns(schema_path: Path) -> list[str]:
     try:
         text_format.Parse(schema_path.read_text(), schema)
     except text_format.ParseError as err:
-        raise SpecError(f"{_relative(schema_path)}: not a valid Schema proto: {err}") from None
+        raise SpecError(
+            f"{relative_to_project(schema_path)}: not a valid Schema proto: {err}"
+        ) from None
     return [feature.name for feature in schema.feature]
 
 
@@ -316,13 +312,13 @@ def check_columns(spec: PipelineSpec, provenance: Provenance, workdir: Path | No
         (f"trainer.features[{i}].name", f.name) for i, f in enumerate(spec.trainer.features)
     ]
     if spec.schema_.source is SchemaSource.FILE:
-        schema_path = PROJECT_ROOT / str(spec.schema_.path)
+        schema_path = project_file(spec.schema_.path)
         if not schema_path.is_file():
             raise SpecError(
                 f"{provenance.source_of('schema.path')}: schema.path: "
                 f"no such file {spec.schema_.path!r}."
             )
-        columns, origin = schema_columns(schema_path), _relative(schema_path)
+        columns, origin = schema_columns(schema_path), relative_to_project(schema_path)
     else:
         found = csv_columns(Path(workdir or ".") / spec.data.input_dir) if workdir else None
         if found is None:

@@ -1,26 +1,31 @@
-"""Production orchestration: the checks a profile must pass before anything is compiled, built
-or scheduled, and `conveyor compile` (Kubeflow Pipelines v2 / Vertex AI, or Airflow).
+"""Checks a profile must pass before anything is compiled, built or scheduled: the ones that
+cross spec sections, or need the environment (a reachable MySQL store, Beam's option names).
 
-The pipeline is always the one `pipelines.builder.build_pipeline` builds; `pipelines.runners.
-kubeflow` and `pipelines.runners.airflow` add only orchestrator concerns. This module imports no
-TensorFlow or TFX: `conveyor validate` runs `check_profile` for every pipeline and profile.
+The pydantic models (`pipelines.spec.models`) check each section on its own; these run after
+them. Only `check_beam_options` imports Beam, and only when compiling or running.
 """
 
 from __future__ import annotations
 
-import os
 import socket
-from pathlib import Path
 
-from pipelines.config import CONFIGS_DIR, LoadedSpec, SpecError
-from pipelines.spec import MetadataKind, Orchestrator, PipelineSpec
+from pipelines.paths import CONFIGS_DIR
+from pipelines.spec.loading import LoadedSpec, SpecError
+from pipelines.spec.models import (
+    MetadataKind,
+    Orchestrator,
+    PipelineSpec,
+    check_beam_args,
+    missing_image,
+)
 
 
 class ProfileError(SpecError):
     """A profile cannot be compiled or run as asked; the message names the key and why."""
 
 
-def _where(loaded: LoadedSpec) -> str:
+def profile_file(loaded: LoadedSpec) -> str:
+    """`configs/<env>.yaml` when the profile is a file (for messages), else ""."""
     return f"configs/{loaded.env}.yaml" if (CONFIGS_DIR / f"{loaded.env}.yaml").exists() else ""
 
 
@@ -43,7 +48,7 @@ def check_profile(loaded: LoadedSpec, target: Orchestrator | None = None) -> Non
       ProfileError: naming the profile file and key.
     """
     spec = loaded.spec
-    where = _where(loaded)
+    where = profile_file(loaded)
     prefix = f"{where}: " if where else ""
     target = target or spec.runtime.orchestrator
     nodes = [c.id for c in spec.components]
@@ -53,11 +58,9 @@ def check_profile(loaded: LoadedSpec, target: Orchestrator | None = None) -> Non
                 f"{prefix}runtime.container.resources.{key}: no node {key!r} in components "
                 f"(nodes: {', '.join(nodes)}; `default` applies to every node)."
             )
-    if target is Orchestrator.KUBEFLOW and not spec.runtime.container.image:
-        raise ProfileError(
-            f"{prefix}runtime.container.image: Kubeflow needs the pipeline image (built from the "
-            "Dockerfile); the profile names none."
-        )
+    problem = missing_image(spec.runtime, target)
+    if problem:
+        raise ProfileError(f"{prefix}runtime.container.image: {problem}.")
     if target is Orchestrator.AIRFLOW and spec.schedule.start_date is None:
         raise ProfileError(
             f"{prefix}schedule.start_date: Airflow needs a start date for the nightly DAG."
@@ -65,8 +68,14 @@ def check_profile(loaded: LoadedSpec, target: Orchestrator | None = None) -> Non
 
 
 def check_beam_options(spec: PipelineSpec) -> None:
-    """Every Beam argument is one Beam knows (it ignores misspelt ones with a warning)."""
+    """The Beam arguments are well formed for their runner (the spec's own check) and every one
+    is an option Beam knows (Beam ignores misspelt ones with a warning)."""
     import warnings
+
+    try:
+        check_beam_args(spec.runtime.beam_args)
+    except ValueError as err:
+        raise ProfileError(f"runtime.beam_args: {err}") from None
 
     with warnings.catch_warnings():  # google-api-core's notices about Python 3.10
         warnings.simplefilter("ignore", FutureWarning)
@@ -87,11 +96,12 @@ def check_metadata_reachable(spec: PipelineSpec, timeout: float = 3.0) -> None:
     metadata = spec.runtime.metadata
     if metadata.kind is not MetadataKind.MYSQL:
         return
-    if metadata.password_env and metadata.password_env not in os.environ:
-        raise ProfileError(
-            f"runtime.metadata.password_env: the environment variable {metadata.password_env!r} "
-            "is not set (it holds the metadata database's password)."
-        )
+    from pipelines.metadata import MetadataConfigError, metadata_password
+
+    try:
+        metadata_password(spec)
+    except MetadataConfigError as err:
+        raise ProfileError(str(err)) from None
     try:
         with socket.create_connection((str(metadata.host), int(metadata.port)), timeout=timeout):
             pass
@@ -101,43 +111,3 @@ def check_metadata_reachable(spec: PipelineSpec, timeout: float = 3.0) -> None:
             f"{metadata.host}:{metadata.port} ({err.strerror or err}); start it or fix "
             "runtime.metadata.host/port."
         ) from None
-
-
-def default_output(spec: PipelineSpec, target: Orchestrator, workdir: Path) -> Path:
-    if target is Orchestrator.KUBEFLOW:
-        return workdir / "compiled" / "kubeflow" / f"{spec.name}.json"
-    return workdir / "compiled" / "airflow" / f"{spec.name}_dag.py"
-
-
-def compile_pipeline(
-    loaded: LoadedSpec,
-    target: Orchestrator,
-    workdir: str,
-    output: Path,
-    overrides: tuple[str, ...] = (),
-) -> list[Path]:
-    """Checks the profile, then writes what the orchestrator runs; returns the files written.
-
-    Args:
-      loaded: the validated spec under its profile.
-      target: kubeflow or airflow.
-      workdir: the working directory the compiled pipeline uses (its data, outputs, serving).
-      output: the PipelineJob JSON or the DAG file to write.
-      overrides: the `--set` values, recorded in the DAG file's header.
-    """
-    if target is Orchestrator.LOCAL:
-        raise ProfileError(
-            f"{_where(loaded)}: runtime.orchestrator is 'local': `conveyor run` runs it; "
-            "compile needs a profile for kubeflow or airflow, or --target."
-        )
-    check_profile(loaded, target)
-    if target is Orchestrator.AIRFLOW:  # KFP keeps its own metadata store
-        check_metadata_reachable(loaded.spec)
-    check_beam_options(loaded.spec)
-    if target is Orchestrator.KUBEFLOW:
-        from pipelines.runners import kubeflow
-
-        return kubeflow.compile_pipeline(loaded, workdir, output)
-    from pipelines.runners import airflow
-
-    return [airflow.write_dag_file(loaded, workdir, output, overrides)]

@@ -1,0 +1,82 @@
+"""The one builder: a validated, frozen spec and a target -> `tfx.dsl.Pipeline`.
+
+Every orchestrator gets its pipeline here; each node's build function (looked up in the
+component table, `pipelines.spec.components`) decides what it builds for the target. Runners
+add only orchestrator concerns: the metadata connection (local and Airflow; Kubeflow keeps its
+own), the run id, containers and schedules.
+"""
+
+from __future__ import annotations
+
+import datetime
+import importlib
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from pipelines.build.context import BuildContext
+from pipelines.paths import RunPaths
+from pipelines.spec.components import COMPONENT_TYPES, Orchestrator
+from pipelines.spec.models import PipelineSpec
+
+
+def build_function(component_type: str) -> Callable[[BuildContext, str], None]:
+    """The build function of a component type, imported from where the table says."""
+    module, _, name = COMPONENT_TYPES[component_type].build.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def build_nodes(
+    spec: PipelineSpec,
+    paths: RunPaths,
+    target: Orchestrator = Orchestrator.LOCAL,
+    span: int | None = None,
+) -> BuildContext:
+    """Builds the nodes of the spec's `components`, in order, wired by role.
+
+    Returns the build context: its `nodes`, and its `notes` on what was built differently for
+    the target.
+    """
+    ctx = BuildContext(spec=spec, paths=paths, target=Orchestrator(target), span=span)
+    for component in spec.components:
+        build_function(component.type)(ctx, component.id)
+    return ctx
+
+
+def build_pipeline(
+    spec: PipelineSpec,
+    workdir: Path,
+    *,
+    target: Orchestrator = Orchestrator.LOCAL,
+    night: datetime.date | None = None,
+    span: int | None = None,
+    metadata_connection_config: Any = None,
+):
+    """Builds the TFX pipeline for `spec` with every path under `workdir`.
+
+    Args:
+      spec: the validated spec.
+      workdir: where data, pipeline outputs and serving live (as the target's workers see it).
+      target: the orchestrator the pipeline is built for.
+      night: for dated spans, pins the span ExampleGen ingests (as `span` does); with neither,
+        ExampleGen takes the latest span it finds.
+      span: the span number to ingest.
+      metadata_connection_config: the ML Metadata connection the runner chose (None: the
+        orchestrator keeps its own, as Kubeflow does).
+    """
+    from tfx.orchestration.pipeline import Pipeline
+
+    from pipelines.build import spans
+
+    if night is not None:
+        span = spans.span_of_date(night)
+    paths = RunPaths(workdir=Path(workdir).resolve(), spec=spec)
+    ctx = build_nodes(spec, paths, target, span)
+    return Pipeline(
+        pipeline_name=spec.name,
+        pipeline_root=str(paths.pipeline_root),
+        components=ctx.nodes,
+        enable_cache=spec.runtime.enable_cache,
+        metadata_connection_config=metadata_connection_config,
+        beam_pipeline_args=list(spec.runtime.beam_args),
+    )

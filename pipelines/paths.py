@@ -1,0 +1,138 @@
+"""Where everything lives: the project's own folders, and one pipeline's files under a workdir.
+
+Every path rule of Conveyor is here, so the builder, the runners, the nightly loop, the report
+and the command line agree on them by construction. This module imports nothing heavy and no
+other Conveyor module at run time: every layer may use it.
+
+A working directory holds, per pipeline `NAME`:
+
+    <workdir>/<data.input_dir>/                 the input CSVs (or dated span folders)
+    <workdir>/pipeline_root/NAME/               TFX's component outputs
+    <workdir>/<runtime.metadata.path>           the SQLite ML Metadata store
+    <workdir>/<push.base_dir>/<push.model_name>/  TF Serving's model base path (versions)
+    <workdir>/runs/NAME/<run id>/               per run: resolved spec, run.log, summary, report
+    <workdir>/runs/NAME/latest_outcome.json     the last final outcome (unspanned pipelines)
+    <workdir>/runs/NAME/nights/span-<n>.json    the last final outcome of each span
+    <workdir>/runs/NAME/cron.log                what the crontab entry's runs print
+    <workdir>/compiled/{kubeflow,airflow}/      what `conveyor compile` writes
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the spec models import this module's constants for nothing at run time
+    from pipelines.spec.models import PipelineSpec
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+SPECS_DIR = PROJECT_ROOT / "pipelines" / "specs"
+CONFIGS_DIR = PROJECT_ROOT / "configs"
+LOCK_FILE = PROJECT_ROOT / "requirements.lock"
+# The project's own code whose digest is part of a run's code version and fingerprint.
+CODE_PACKAGES = ("pipelines", "components")
+
+RUNS_DIR = "runs"
+RUN_LOG = "run.log"
+RUN_SUMMARY = "summary.json"
+RESOLVED_SPEC = "resolved_spec.yaml"
+REPORT_FILE = "report.html"
+LATEST_OUTCOME = "latest_outcome.json"
+NIGHTS_DIR = "nights"
+CRON_LOG = "cron.log"
+DEFAULT_WORKDIR = ".conveyor"
+
+
+def default_workdir(explicit: str | os.PathLike | None = None) -> Path:
+    """The working directory a command uses: `explicit`, else $CONVEYOR_WORKDIR, else
+    ./.conveyor; always absolute."""
+    chosen = explicit or os.environ.get("CONVEYOR_WORKDIR") or DEFAULT_WORKDIR
+    return Path(chosen).resolve()
+
+
+def project_file(relative: str | os.PathLike) -> Path:
+    """A path the spec gives relative to the project (a curated schema, say), made absolute."""
+    return PROJECT_ROOT / str(relative)
+
+
+def relative_to_project(path: Path) -> str:
+    """`path` as written relative to the project when it lies inside it (for messages)."""
+    try:
+        return str(Path(path).resolve().relative_to(PROJECT_ROOT))
+    except ValueError:
+        return str(path)
+
+
+@dataclass(frozen=True)
+class RunPaths:
+    """Absolute locations of one pipeline's inputs and outputs under a working directory."""
+
+    workdir: Path
+    spec: PipelineSpec
+
+    @property
+    def input_dir(self) -> Path:
+        return self.workdir / self.spec.data.input_dir
+
+    @property
+    def pipeline_root(self) -> Path:
+        return self.workdir / "pipeline_root" / self.spec.name
+
+    @property
+    def serving_dir(self) -> Path:
+        """TF Serving's model base path: versions appear as `<serving_dir>/<n>/`."""
+        return self.workdir / self.spec.push.base_dir / self.spec.push.model_name
+
+    @property
+    def serving_data_dir(self) -> Path | None:
+        """Where the serving logs used for skew are (None: the spec measures no skew)."""
+        folder = self.spec.data.serving_data_dir
+        return self.workdir / folder if folder else None
+
+    @property
+    def metadata_path(self) -> Path:
+        return self.workdir / self.spec.runtime.metadata.path
+
+    @property
+    def runs_dir(self) -> Path:
+        return runs_root(self.workdir) / self.spec.name
+
+    def run_dir(self, run_id: str) -> Path:
+        return self.runs_dir / run_id
+
+    def outcome_record(self, span: int | None) -> Path:
+        """Where the last final outcome is recorded: per span, or one for unspanned data."""
+        if span is None:
+            return self.runs_dir / LATEST_OUTCOME
+        return self.runs_dir / NIGHTS_DIR / f"span-{span}.json"
+
+    @property
+    def cron_log(self) -> Path:
+        return self.runs_dir / CRON_LOG
+
+    def compiled_output(self, target: str) -> Path:
+        """The default file `conveyor compile` writes for `target` (kubeflow or airflow)."""
+        folder = self.workdir / "compiled" / target
+        if target == "kubeflow":
+            return folder / f"{self.spec.name}.json"
+        return folder / f"{self.spec.name}_dag.py"
+
+
+def runs_root(workdir: Path) -> Path:
+    """`<workdir>/runs`: one folder per pipeline, one per run inside it."""
+    return Path(workdir) / RUNS_DIR
+
+
+def find_run_dirs(workdir: Path, run_id: str) -> list[Path]:
+    """Every `<workdir>/runs/<pipeline>/<run_id>` folder (a run id names one pipeline's run)."""
+    return sorted(runs_root(workdir).glob(f"*/{run_id}"))
+
+
+def recent_run_dirs(workdir: Path, limit: int = 5) -> list[Path]:
+    """The newest run folders under `<workdir>/runs/`, newest first."""
+    run_dirs = [p for p in runs_root(workdir).glob("*/*") if p.is_dir() and "-" in p.name]
+    # Run ids end in a sortable UTC stamp: `<pipeline>-<YYYYmmddTHHMMSS.ffffffZ>`.
+    run_dirs.sort(key=lambda p: p.name.rsplit("-", 1)[-1], reverse=True)
+    return run_dirs[:limit]

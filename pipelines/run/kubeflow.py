@@ -1,0 +1,200 @@
+"""Kubeflow Pipelines v2 / Vertex AI: the pipeline built for Kubeflow, compiled to a PipelineJob.
+
+The builder builds for the Kubeflow target (`target=Orchestrator.KUBEFLOW`): each node's build
+function decides what it is there (resolvers become TFX's LatestBlessedModelStrategy or no node
+at all, the curated schema is read from the image; see `pipelines.spec.components`). This
+module adds only what KFP itself needs:
+
+- each node's container gets the profile's resources (`runtime.container.resources`: `default`,
+  then the node's own entry), GPUs included;
+- custom artifact types whose names KFP's schema titles reject get a `conveyor.Name` title;
+- the job's output directory and the nightly schedule for KFP and Vertex AI.
+
+KFP records lineage in its own ML Metadata, so `runtime.metadata` is not part of a PipelineJob.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from pipelines.spec.loading import LoadedSpec
+from pipelines.spec.models import Orchestrator, PipelineSpec, ResourcesSpec
+
+# TFX's own entry point for every executor container (KubeflowV2DagRunnerConfig's default).
+EXECUTOR_COMMAND = [
+    "python",
+    "-m",
+    "tfx.orchestration.kubeflow.v2.container.kubeflow_v2_run_executor",
+]
+
+
+# KFP's schema title for a custom artifact type (compiler_utils._SCHEMA_TITLE_RE in TFX 1.16).
+_KFP_TYPE_TITLE = re.compile(r"^[a-z][a-z0-9-_]{2,20}[.][A-Z][a-zA-Z0-9-_]{2,49}$")
+
+
+def _kfp_artifact_types(pipeline) -> list[str]:
+    """Gives custom artifact types whose names KFP rejects a `conveyor.Name` title on KFP.
+
+    KFP encodes a custom artifact type as a schema title `namespace.Name`; locally the type
+    keeps its ML Metadata name, so existing stores are unaffected.
+    """
+    from tfx.orchestration.kubeflow.v2 import compiler_utils
+
+    standard = compiler_utils._SUPPORTED_STANDARD_ARTIFACT_TYPES
+    renamed: dict[type, type] = {}
+    notes = []
+    for node in pipeline.components:
+        for channel in node.outputs.values():
+            original = channel.type
+            if original in standard or _KFP_TYPE_TITLE.fullmatch(original.TYPE_NAME):
+                continue
+            if original not in renamed:
+                title = "conveyor." + re.sub(r"^Conveyor", "", original.TYPE_NAME)
+                renamed[original] = type(original.__name__, (original,), {"TYPE_NAME": title})
+                notes.append(f"{original.TYPE_NAME} -> {title}")
+            channel.type = renamed[original]
+    return notes
+
+
+def resource_spec(resources: ResourcesSpec):
+    """The KFP ResourceSpec proto for a node's `ResourcesSpec`."""
+    from kfp.pipeline_spec import pipeline_spec_pb2
+
+    spec = pipeline_spec_pb2.PipelineDeploymentConfig.PipelineContainerSpec.ResourceSpec()
+    if resources.cpu is not None:
+        spec.cpu_limit = resources.cpu
+    if resources.memory_gb is not None:
+        spec.memory_limit = resources.memory_gb
+    if resources.gpu:
+        spec.accelerator.type = str(resources.gpu_type)
+        spec.accelerator.count = resources.gpu
+    return spec
+
+
+def _merged_resources(spec: PipelineSpec, node_id: str) -> ResourcesSpec | None:
+    table = spec.runtime.container.resources
+    default, own = table.get("default"), table.get(node_id)
+    if default is None or own is None:
+        return own or default
+    merged = default.model_dump(exclude_unset=True) | own.model_dump(exclude_unset=True)
+    return ResourcesSpec(**merged)
+
+
+def attach_resources(pipeline, spec: PipelineSpec) -> dict[str, list[str]]:
+    """Gives each node's container the profile's resources and KFP-valid artifact type titles;
+    returns what changed, per node."""
+    changes: dict[str, list[str]] = {}
+    for node in pipeline.components:
+        resources = _merged_resources(spec, node.id)
+        if resources is not None and hasattr(node, "with_platform_config"):
+            node.with_platform_config(resource_spec(resources))
+            changes.setdefault(node.id, []).append(
+                f"resources {resources.model_dump(exclude_defaults=True)}"
+            )
+    renamed = _kfp_artifact_types(pipeline)
+    if renamed:
+        changes["artifact types"] = renamed
+    return changes
+
+
+def _fill_missing_resources(job: dict[str, Any], spec: PipelineSpec) -> list[str]:
+    """TFX 1.16 drops platform_config for FileBasedExampleGen (its driver + executor container):
+    gives such containers their resources in the compiled job."""
+    from google.protobuf import json_format
+
+    pipeline = job["pipelineSpec"]
+    executors = pipeline["deploymentSpec"]["executors"]
+    filled = []
+    for task, task_spec in pipeline["root"]["dag"]["tasks"].items():
+        label = pipeline["components"][task_spec["componentRef"]["name"]]["executorLabel"]
+        container = executors[label].get("container")
+        resources = _merged_resources(spec, task)
+        if container is None or resources is None or "resources" in container:
+            continue
+        container["resources"] = json_format.MessageToDict(resource_spec(resources))
+        filled.append(task)
+    return filled
+
+
+def _gcs_uri(path: str) -> str:
+    """Vertex AI mounts gs://BUCKET at /gcs/BUCKET; the job's output directory is the URI."""
+    return "gs://" + path[len("/gcs/") :] if path.startswith("/gcs/") else path
+
+
+def _five_field_cron(cron: str) -> str:
+    aliases = {
+        "@hourly": "0 * * * *",
+        "@daily": "0 0 * * *",
+        "@weekly": "0 0 * * 0",
+        "@monthly": "0 0 1 * *",
+        "@yearly": "0 0 1 1 *",
+    }
+    return aliases.get(cron, cron)
+
+
+def schedule_description(spec: PipelineSpec, job_file: str) -> dict[str, Any]:
+    """The nightly recurring run, for KFP's API (RecurringRun, cron with seconds) and for
+    Vertex AI's (Schedule, five-field cron): create one of them with the compiled job."""
+    schedule = spec.schedule
+    cron = _five_field_cron(schedule.cron)
+    start = (
+        f"{schedule.start_date.isoformat()}T00:00:00Z" if schedule.start_date is not None else None
+    )
+    kfp_trigger: dict[str, Any] = {"cron": "0 " + cron}
+    vertex: dict[str, Any] = {
+        "display_name": f"{spec.name}-nightly",
+        "cron": f"TZ=UTC {cron}",
+        "max_concurrent_run_count": 1,
+        "catch_up": schedule.catchup,
+        "pipeline_job_file": job_file,
+    }
+    if start:
+        kfp_trigger["start_time"] = start
+        vertex["start_time"] = start
+    return {
+        "pipeline": spec.name,
+        "job_file": job_file,
+        "kfp_recurring_run": {
+            "display_name": f"{spec.name}-nightly",
+            "description": f"{spec.name}: one run a night ({schedule.cron}, UTC)",
+            "mode": "ENABLE",
+            "max_concurrency": "1",
+            "no_catchup": not schedule.catchup,
+            "trigger": {"cron_schedule": kfp_trigger},
+        },
+        "vertex_schedule": vertex,
+    }
+
+
+def compile_pipeline(loaded: LoadedSpec, workdir: str, output: Path) -> list[Path]:
+    """Writes the PipelineJob JSON to `output` and its schedule next to it; returns both."""
+    from tfx.orchestration.kubeflow.v2 import kubeflow_v2_dag_runner as kfp_runner
+
+    from pipelines.build.builder import build_pipeline
+
+    spec = loaded.spec
+    pipeline = build_pipeline(spec, Path(workdir), target=Orchestrator.KUBEFLOW)
+    attach_resources(pipeline, spec)
+    runner = kfp_runner.KubeflowV2DagRunner(
+        config=kfp_runner.KubeflowV2DagRunnerConfig(
+            display_name=spec.name,
+            default_image=spec.runtime.container.image,
+            default_commands=EXECUTOR_COMMAND,
+        ),
+    )
+    job = runner.run(pipeline, write_out=False)
+    _fill_missing_resources(job, spec)
+    runtime_config = job.setdefault("runtimeConfig", {})
+    runtime_config["gcsOutputDirectory"] = _gcs_uri(
+        runtime_config.get("gcsOutputDirectory", str(Path(workdir) / "pipeline_root" / spec.name))
+    )
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(json.dumps(job, indent=2, sort_keys=True) + "\n")
+    schedule_file = output.with_name(output.stem + ".schedule.json")
+    schedule_file.write_text(
+        json.dumps(schedule_description(spec, output.name), indent=2, sort_keys=True) + "\n"
+    )
+    return [output, schedule_file]

@@ -1,0 +1,54 @@
+"""A `Run`: the spec, its paths and the span one command works on, resolved once.
+
+The command line builds one `Run` per pipeline run (a backfill, one per night) and hands it to
+the nightly loop and the local runner, so the span is resolved and the paths derived once, and
+every step of the command agrees on them.
+"""
+
+from __future__ import annotations
+
+import datetime
+from dataclasses import dataclass
+from pathlib import Path
+
+from pipelines.build import spans
+from pipelines.paths import RunPaths
+from pipelines.spec.loading import LoadedSpec
+from pipelines.spec.models import PipelineSpec
+
+
+@dataclass(frozen=True)
+class Run:
+    """One run to make: which spec (under which profile), where, and which span."""
+
+    loaded: LoadedSpec
+    paths: RunPaths
+    # The span ExampleGen ingests; None for a spec without spans (every input file is the data).
+    span: int | None
+
+    @classmethod
+    def plan(
+        cls,
+        loaded: LoadedSpec,
+        workdir: Path,
+        night: datetime.date | None = None,
+        span: int | None = None,
+    ) -> Run:
+        """Resolves the span (the night's, the one given, or the latest with data).
+
+        Raises:
+          spans.SpanError: the span has no data, or the spec has no spans to pick from.
+        """
+        paths = RunPaths(workdir=Path(workdir).resolve(), spec=loaded.spec)
+        return cls(loaded, paths, spans.resolve_span(loaded.spec, paths.input_dir, night, span))
+
+    @property
+    def spec(self) -> PipelineSpec:
+        return self.loaded.spec
+
+    @property
+    def night(self) -> datetime.date | None:
+        """The night of a dated span (None otherwise)."""
+        if self.span is None or not self.spec.data.dated_spans:
+            return None
+        return spans.date_of_span(self.span)
