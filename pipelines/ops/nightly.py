@@ -62,10 +62,37 @@ def run_night(
             "anyway (every component would be a cache hit).",
             unchanged=True,
         )
+    result = run_planned(planned, echo=echo)
+    return NightOutcome(span, result.outcome, result.message, False, result.run_dir)
+
+
+def run(
+    loaded: LoadedSpec,
+    workdir: Path,
+    echo: Callable[[str], None] = print,
+    night: datetime.date | None = None,
+    span: int | None = None,
+) -> RunResult:
+    """Runs the spec's pipeline locally under `workdir`, whether or not anything changed.
+
+    For a spec with spans, `night` or `span` picks the span (default: the latest with data);
+    spans.SpanError says when it has no data. Never raises for a failed component: the result
+    says what failed.
+    """
+    return run_planned(Run.plan(loaded, workdir, night, span), echo)
+
+
+def run_planned(planned: Run, echo: Callable[[str], None] = print) -> RunResult:
+    """One local run of a planned span, with what follows it (report, alert, outcome record)."""
+    from pipelines.ops.finish import finish
     from pipelines.run import local
 
+    # Taken before the run: an input file that changes while it runs must not be recorded as
+    # the input this run consumed.
+    inputs_fingerprint = fingerprint.compute(planned.paths, planned.span)
     result = local.execute(planned, echo=echo)
-    return NightOutcome(span, result.outcome, result.message, False, result.run_dir)
+    finish(planned, result, inputs_fingerprint, echo)
+    return result
 
 
 def alert_missing_night(spec, span: int, message: str) -> str | None:

@@ -23,11 +23,9 @@ import yaml
 
 from pipelines.build import spans
 from pipelines.metadata import connection_config, find_run, open_store
-from pipelines.ops import fingerprint
 from pipelines.outcome import Outcome, RunResult
 from pipelines.paths import RESOLVED_SPEC, RUN_LOG, RUN_SUMMARY, RunPaths
 from pipelines.run.plan import Run
-from pipelines.spec.loading import LoadedSpec
 
 
 class _ProgressHandler(logging.Handler):
@@ -172,26 +170,15 @@ def _collector_paused():
             gc.enable()
 
 
-def run(
-    loaded: LoadedSpec,
-    workdir: Path,
-    echo: Callable[[str], None] = print,
-    night: datetime.date | None = None,
-    span: int | None = None,
-) -> RunResult:
-    """Plans the run (`night` or `span` picks the span; default: the latest with data) and
-    executes it; see `execute`. spans.SpanError says when the span has no data."""
-    return execute(Run.plan(loaded, workdir, night, span), echo)
-
-
 def execute(planned: Run, echo: Callable[[str], None] = print) -> RunResult:
     """Runs the planned pipeline run with LocalDagRunner; never raises for a failed component
-    (the result says what failed), only for errors before the run starts."""
+    (the result says what failed), only for errors before the run starts.
+
+    It writes the run's folder (resolved spec, run.log, summary.json) and nothing else: what
+    follows a run (its report, alerts, the outcome record) is `pipelines.ops.finish`'s.
+    """
     loaded, paths, span = planned.loaded, planned.paths, planned.span
     spec = loaded.spec
-    # Taken before the run: an input file that changes while it runs must not be recorded as
-    # the input this run consumed.
-    inputs_fingerprint = fingerprint.compute(paths, span)
     run_id = new_run_id(spec.name)
     run_dir = paths.run_dir(run_id)
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -246,17 +233,6 @@ def execute(planned: Run, echo: Callable[[str], None] = print) -> RunResult:
     if result.span is not None and spec.data.dated_spans:
         result.night = spans.date_of_span(result.span).isoformat()
     (run_dir / RUN_SUMMARY).write_text(json.dumps(asdict(result), indent=2))
-    from pipelines.ops import alerts, report
-
-    try:
-        echo(f"report: {report.write_report(result, paths)}")
-    except Exception as err:  # the report is a view of the run, never a reason to fail it
-        echo(f"warning: no run report written: {type(err).__name__}: {err}")
-    alerted = alerts.send_alert(spec, result)
-    if alerted:
-        echo(alerted)
-    if result.outcome.final:
-        fingerprint.record_outcome(paths, run_id, result.outcome, inputs_fingerprint, span)
     return result
 
 

@@ -11,8 +11,8 @@ from tensorflow_metadata.proto.v0 import statistics_pb2
 
 from components.statistics_gen.executor import READ_FROM_PROPERTY, READ_PARQUET
 from pipelines import cli
+from pipelines.ops import nightly
 from pipelines.paths import RunPaths
-from pipelines.run import local
 from pipelines.spec.loading import load_spec
 
 # Only the data path of the taxi spec: no gate, window or warm start to wire.
@@ -33,7 +33,7 @@ def runs(tmp_path_factory) -> dict[str, RunPaths]:
         workdir = tmp_path_factory.mktemp(reader)
         shutil.copytree(prepared / "data", workdir / "data")
         loaded = load_spec("taxi", overrides=[f"data.reader={reader}", *DATA_PATH_ONLY])
-        result = local.run(loaded, workdir, echo=lambda _: None)
+        result = nightly.run(loaded, workdir, echo=lambda _: None)
         assert result.ok, result.message
         runs[reader] = RunPaths(workdir, loaded.spec)
     return runs

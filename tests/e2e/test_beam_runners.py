@@ -9,8 +9,8 @@ import yaml
 from google.protobuf import json_format
 
 from pipelines import cli
+from pipelines.ops import nightly
 from pipelines.paths import RunPaths
-from pipelines.run import local
 from pipelines.spec.loading import SPECS_DIR, load_spec
 
 SINGLE_PROCESS = 'runtime.beam_args=["--direct_running_mode=in_memory", "--direct_num_workers=1"]'
@@ -69,7 +69,7 @@ def runs(tmp_path_factory):
         argv = ["data", "taxi", "--workdir", str(workdir), "--date", "2026-11-28"]
         assert cli.main(argv) == 0
         loaded = load_spec(str(spec_file), env="multiprocess", overrides=overrides)
-        result = local.run(loaded, workdir, echo=lambda line: None)
+        result = nightly.run(loaded, workdir, echo=lambda line: None)
         results[label] = (loaded.spec, result, _statistics(workdir, loaded.spec))
     return results
 

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from pipelines import cli, metadata
+from pipelines.ops import nightly
 from pipelines.paths import PROJECT_ROOT, RunPaths
-from pipelines.run import local
 from pipelines.spec.loading import load_spec
 
 PASSWORD = "conveyor-test-password"
@@ -106,7 +106,7 @@ def penguin_on_mariadb(mariadb, tmp_path_factory):
         argv = ["validate", "penguin", "--env", "team_mysql", "--connect"]
         assert cli.main(argv + [a for o in overrides for a in ("--set", o)]) == 0
         loaded = load_spec("penguin", env="team_mysql", overrides=overrides, workdir=workdir)
-        result = local.run(loaded, workdir, echo=lambda line: None)
+        result = nightly.run(loaded, workdir, echo=lambda line: None)
         store = metadata.open_store(loaded.spec, RunPaths(workdir, loaded.spec).metadata_path)
         yield loaded, workdir, result, store
     finally:

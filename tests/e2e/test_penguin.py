@@ -13,8 +13,8 @@ import tensorflow as tf
 
 from components.pusher.executor import model_digest
 from pipelines import cli, metadata
+from pipelines.ops import nightly
 from pipelines.paths import RunPaths
-from pipelines.run import local
 from pipelines.spec.loading import load_spec
 from pipelines.spec.models import DEFAULT_COMPONENTS
 from tests.conftest import copy_fixture
@@ -31,7 +31,7 @@ def penguin(tmp_path_factory):
     paths = RunPaths(workdir=workdir, spec=loaded.spec)
     shutil.copytree(paths.input_dir, workdir / "good-data")
     progress: list[str] = []
-    first = local.run(loaded, workdir, echo=progress.append)
+    first = nightly.run(loaded, workdir, echo=progress.append)
     return loaded, paths, first, progress
 
 
@@ -78,7 +78,7 @@ def test_metadata_holds_the_run_and_its_push(penguin):
 def test_unchanged_rerun_executes_nothing_and_pushes_nothing(penguin):
     loaded, paths, first, _ = penguin
     before = model_digest(str(paths.serving_dir / "1"))
-    again = local.run(loaded, paths.workdir, echo=lambda _: None)
+    again = nightly.run(loaded, paths.workdir, echo=lambda _: None)
     assert again.outcome == "not_pushed", again.message
     states = _states(again)
     assert {n: states.get(n) for n in TRAINED_NODES} == {n: "cached" for n in TRAINED_NODES}
@@ -112,7 +112,7 @@ def test_bad_data_stops_at_the_data_gate_and_serving_is_untouched(
     served_before = model_digest(str(paths.serving_dir / "1"))
     copy_fixture(fixture, paths.input_dir, "penguins.csv")
     try:
-        result = local.run(loaded, paths.workdir, echo=lambda _: None)
+        result = nightly.run(loaded, paths.workdir, echo=lambda _: None)
     finally:
         copy_fixture(paths.workdir / "good-data" / "penguins.csv", paths.input_dir, "penguins.csv")
     assert result.outcome == "blocked"
@@ -140,7 +140,7 @@ def test_a_worse_model_on_new_data_is_compared_with_the_served_one_and_not_pushe
         overrides=["trainer.train_steps=1", "trainer.learning_rate=0.0001"],
         workdir=paths.workdir,
     )
-    result = local.run(barely_trained, paths.workdir, echo=lambda _: None)
+    result = nightly.run(barely_trained, paths.workdir, echo=lambda _: None)
 
     assert result.outcome == "not_pushed", result.message
     assert "did not pass the evaluation thresholds" in result.message

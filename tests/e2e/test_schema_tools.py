@@ -9,8 +9,8 @@ import re
 import pytest
 
 from pipelines import cli
+from pipelines.ops import nightly
 from pipelines.paths import PROJECT_ROOT, RunPaths
-from pipelines.run import local
 from pipelines.spec.loading import load_spec
 
 pytestmark = pytest.mark.e2e
@@ -29,7 +29,7 @@ def penguin_run(tmp_path_factory):
     assert cli.main(["data", "penguin", "--workdir", str(workdir)]) == 0
     loaded = load_spec("penguin", env="ci", workdir=workdir)
     progress: list[str] = []
-    result = local.run(loaded, workdir, echo=progress.append)
+    result = nightly.run(loaded, workdir, echo=progress.append)
     yield RunPaths(workdir=workdir, spec=loaded.spec), result, progress
     assert _digest(CURATED) == curated_before, "a test wrote the real curated schema"
 

@@ -4,15 +4,15 @@ an integer binary label derived from two columns, hashed integer categories, mis
 import tensorflow as tf
 
 from pipelines import cli
+from pipelines.ops import nightly
 from pipelines.paths import RunPaths
-from pipelines.run import local
 from pipelines.spec.loading import load_spec
 
 
 def test_taxi_runs_fully_and_serves_a_binary_classifier(tmp_path):
     assert cli.main(["data", "taxi", "--env", "ci", "--workdir", str(tmp_path)]) == 0
     loaded = load_spec("taxi", env="ci", workdir=tmp_path)
-    result = local.run(loaded, tmp_path, echo=lambda _: None)
+    result = nightly.run(loaded, tmp_path, echo=lambda _: None)
 
     assert result.outcome == "pushed", result.message
     paths = RunPaths(workdir=tmp_path, spec=loaded.spec)

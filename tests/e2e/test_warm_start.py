@@ -6,8 +6,8 @@ import json
 import pandas as pd
 
 from pipelines import cli, metadata
+from pipelines.ops import nightly
 from pipelines.paths import RunPaths
-from pipelines.run import local
 from pipelines.spec.loading import load_spec
 from pipelines.spec.models import DEFAULT_COMPONENTS
 
@@ -44,18 +44,18 @@ def test_second_night_warm_starts_from_the_served_model(tmp_path):
     assert types.index("warm_start_resolver") == types.index("trainer") - 1
     paths = RunPaths(workdir=tmp_path, spec=loaded.spec)
 
-    first = local.run(loaded, tmp_path, echo=lambda _: None)
+    first = nightly.run(loaded, tmp_path, echo=lambda _: None)
     assert first.outcome == "pushed", first.message
     assert _trainer_summary(loaded, paths, first.run_id)["warm_started"] is False
 
     # The next night: the same columns, fewer rows (new examples, same feature set).
     csv = paths.input_dir / "penguins.csv"
     pd.read_csv(csv).sample(frac=0.9, random_state=1).to_csv(csv, index=False)
-    second = local.run(loaded, tmp_path, echo=lambda _: None)
+    second = nightly.run(loaded, tmp_path, echo=lambda _: None)
     assert second.outcome in ("pushed", "not_pushed"), second.message
     summary = _trainer_summary(loaded, paths, second.run_id)
     assert summary["warm_started"] is True
 
-    again = local.run(loaded, tmp_path, echo=lambda _: None)
+    again = nightly.run(loaded, tmp_path, echo=lambda _: None)
     executed = [n.node_id for n in again.nodes if n.state == "executed"]
     assert executed == [], f"an unchanged re-run executed {executed}"

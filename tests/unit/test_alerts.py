@@ -8,7 +8,7 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 import pytest
 
 from pipelines.ops.alerts import send_alert
-from pipelines.run.local import RunResult
+from pipelines.outcome import RunResult
 from pipelines.spec.loading import load_spec
 
 WEBHOOK_ENV = "CONVEYOR_TEST_WEBHOOK"

@@ -3,8 +3,8 @@ finding a report by run id."""
 
 from pipelines.metadata import NodeRecord
 from pipelines.ops.report import find_report, recent_run_ids, write_report
+from pipelines.outcome import RunResult
 from pipelines.paths import RunPaths
-from pipelines.run.local import RunResult
 from pipelines.spec.loading import load_spec
 
 
