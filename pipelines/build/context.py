@@ -1,0 +1,82 @@
+"""What every node build function shares: the spec, its paths, the target, and the channels
+published so far by role.
+
+A build function (see `pipelines.spec.components` for the table) reads what it needs with
+`ctx.need(role)`, adds its node with `ctx.add(node)` and publishes outputs with
+`ctx.provide(role, channel)`. The table's `needs` were checked when the spec was validated, so
+a missing role here is a bug in a build function, not in the spec.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pipelines.paths import RunPaths
+from pipelines.spec.components import Orchestrator, providers_of
+from pipelines.spec.models import BadRows, CsvReader, PipelineSpec
+
+
+class BuildError(ValueError):
+    """The spec cannot be built for its target; the message says which node and why."""
+
+
+@dataclass
+class BuildContext:
+    spec: PipelineSpec
+    paths: RunPaths
+    target: Orchestrator = Orchestrator.LOCAL
+    # The span this run ingests (None: the spec has no spans, or ExampleGen takes the latest).
+    span: int | None = None
+    channels: dict[str, Any] = field(default_factory=dict)
+    nodes: list[Any] = field(default_factory=list)
+    # Nodes that must finish before training starts (a gate that fails stops the run there).
+    gates: list[Any] = field(default_factory=list)
+    # How each node was built differently for the target (or not at all), by node id.
+    notes: dict[str, str] = field(default_factory=dict)
+    # The examples come with the Arrow reader's Parquet copy (see components/statistics_gen).
+    columnar_examples: bool = False
+
+    def need(self, role: str, node_id: str) -> Any:
+        """The channel published under `role` by an earlier node."""
+        if role not in self.channels:
+            raise BuildError(
+                f"component {node_id!r} needs {role!r}, which no earlier component provides "
+                f"for {self.target.value}; list one of {providers_of(role)} before it in "
+                "`components`."
+            )
+        return self.channels[role]
+
+    def has(self, role: str) -> bool:
+        return role in self.channels
+
+    def add(self, node: Any) -> Any:
+        self.nodes.append(node)
+        return node
+
+    def provide(self, role: str, channel: Any) -> None:
+        self.channels[role] = channel
+
+    def note(self, node_id: str, how: str) -> None:
+        """Records how `node_id` was built for a target other than local (shown by compile)."""
+        self.notes[node_id] = how
+
+
+def code_version() -> str:
+    """Digest of Conveyor's component code: a code change invalidates the cached outputs of
+    the nodes that record it (the Trainer, the Arrow reader)."""
+    from pipelines.spec.loading import source_digest
+
+    return source_digest(("components",), (".py",))[:16]
+
+
+def use_arrow_reader(spec: PipelineSpec, input_dir: Path) -> bool:
+    """`data.reader` resolved: `auto` streams with Arrow for big inputs or skipped rows."""
+    data = spec.data
+    if data.reader is not CsvReader.AUTO:
+        return data.reader is CsvReader.ARROW
+    if data.bad_rows is BadRows.SKIP:
+        return True
+    size = sum(p.stat().st_size for p in input_dir.glob("*") if p.is_file())
+    return size > data.arrow_above_megabytes * (1 << 20)

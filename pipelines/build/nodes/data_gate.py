@@ -1,0 +1,43 @@
+"""data_gate: stops the run before training on anomalies, drift or skew over the thresholds."""
+
+from __future__ import annotations
+
+import json
+
+from pipelines.build.context import BuildContext
+from pipelines.spec.components import Orchestrator
+
+
+def build(ctx: BuildContext, node_id: str) -> None:
+    from components.data_gate.component import DataGate
+    from pipelines.build import spans
+
+    data = ctx.spec.data
+    serving_dir = ctx.paths.serving_data_dir
+    # Drift is measured from the last accepted span; a target that resolves no such span
+    # (Kubeflow) builds the gate without it, and the gate checks what it has.
+    drift_from = data.drift and ctx.has("previous_statistics")
+    node = DataGate(
+        anomalies=ctx.need("anomalies", node_id),
+        statistics=ctx.need("statistics", node_id),
+        schema=ctx.need("schema", node_id),
+        examples=ctx.need("examples", node_id),
+        previous_statistics=ctx.need("previous_statistics", node_id) if drift_from else None,
+        previous_examples=ctx.need("previous_examples", node_id) if drift_from else None,
+        input_base=str(ctx.paths.input_dir),
+        data_description=(
+            spans.DATA_DESCRIPTION_TEMPLATE
+            if ctx.target is Orchestrator.AIRFLOW and data.dated_spans
+            else spans.describe(ctx.spec, ctx.span)
+        ),
+        thresholds=json.dumps(
+            {
+                "drift": data.drift,
+                "skew": data.skew,
+                "serving_data_dir": str(serving_dir) if serving_dir else None,
+            },
+            sort_keys=True,
+        ),
+    ).with_id(node_id)
+    ctx.add(node)
+    ctx.gates.append(node)

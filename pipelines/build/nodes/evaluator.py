@@ -1,0 +1,71 @@
+"""evaluator: TFMA over the evaluation split, candidate against baseline: the model gate."""
+
+from __future__ import annotations
+
+from pipelines.build.context import BuildContext
+from pipelines.spec.models import PipelineSpec
+
+
+def eval_config(spec: PipelineSpec):
+    """The TFMA EvalConfig the spec's `evaluation` section describes."""
+    import tensorflow_model_analysis as tfma
+
+    from components.trainer.model import LABEL_SUFFIX, PREDICTION_KEY
+
+    metrics = []
+    for metric in spec.evaluation.metrics:
+        threshold = tfma.MetricThreshold()
+        bounds = {}
+        if metric.lower_bound is not None:
+            bounds["lower_bound"] = {"value": metric.lower_bound}
+        if metric.upper_bound is not None:
+            bounds["upper_bound"] = {"value": metric.upper_bound}
+        if bounds:
+            threshold.value_threshold.CopyFrom(tfma.GenericValueThreshold(**bounds))
+        if metric.change is not None:
+            change = tfma.GenericChangeThreshold(
+                direction=(
+                    tfma.MetricDirection.HIGHER_IS_BETTER
+                    if metric.change.direction.value == "higher_is_better"
+                    else tfma.MetricDirection.LOWER_IS_BETTER
+                )
+            )
+            if metric.change.absolute is not None:
+                change.absolute.value = metric.change.absolute
+            if metric.change.relative is not None:
+                change.relative.value = metric.change.relative
+            threshold.change_threshold.CopyFrom(change)
+        gated = bounds or metric.change is not None
+        # Thresholds gate the whole evaluation set; the other slices are there to be read (a
+        # slice of a few rows would otherwise block every push by chance).
+        per_slice = (
+            [tfma.PerSliceMetricThreshold(slicing_specs=[tfma.SlicingSpec()], threshold=threshold)]
+            if gated
+            else []
+        )
+        metrics.append(tfma.MetricConfig(class_name=metric.name, per_slice_thresholds=per_slice))
+    return tfma.EvalConfig(
+        model_specs=[
+            tfma.ModelSpec(
+                signature_name="serving_examples",
+                label_key=spec.trainer.label + LABEL_SUFFIX,
+                prediction_key=PREDICTION_KEY[spec.trainer.task.value],
+                preprocessing_function_names=["transform_features"],
+            )
+        ],
+        slicing_specs=[tfma.SlicingSpec(feature_keys=list(s)) for s in spec.evaluation.slices],
+        metrics_specs=[tfma.MetricsSpec(metrics=metrics)],
+    )
+
+
+def build(ctx: BuildContext, node_id: str) -> None:
+    from tfx.components import Evaluator
+
+    node = Evaluator(
+        examples=ctx.need("examples", node_id),
+        model=ctx.need("model", node_id),
+        baseline_model=ctx.channels.get("baseline_model"),
+        eval_config=eval_config(ctx.spec),
+    ).with_id(node_id)
+    ctx.add(node)
+    ctx.provide("blessing", node.outputs["blessing"])

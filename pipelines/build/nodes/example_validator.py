@@ -1,0 +1,15 @@
+"""example_validator: TFDV anomalies of the statistics against the schema."""
+
+from __future__ import annotations
+
+from pipelines.build.context import BuildContext
+
+
+def build(ctx: BuildContext, node_id: str) -> None:
+    from tfx.components import ExampleValidator
+
+    node = ExampleValidator(
+        statistics=ctx.need("statistics", node_id), schema=ctx.need("schema", node_id)
+    ).with_id(node_id)
+    ctx.add(node)
+    ctx.provide("anomalies", node.outputs["anomalies"])

@@ -1,0 +1,21 @@
+"""statistics_gen: TFDV statistics per split."""
+
+from __future__ import annotations
+
+from pipelines.build.context import BuildContext
+
+
+def build(ctx: BuildContext, node_id: str) -> None:
+    examples = ctx.need("examples", node_id)
+    if ctx.columnar_examples:
+        # The Arrow reader left a Parquet copy of the examples: read it instead of decoding
+        # every tf.Example again (components/statistics_gen).
+        from components.statistics_gen.component import ColumnarStatisticsGen
+
+        node = ColumnarStatisticsGen(examples=examples)
+    else:
+        from tfx.components import StatisticsGen
+
+        node = StatisticsGen(examples=examples)
+    node = ctx.add(node.with_id(node_id))
+    ctx.provide("statistics", node.outputs["statistics"])
