@@ -5,7 +5,10 @@ Differences from TFX's filesystem Pusher, each a problem users hit in production
 - the SavedModel is copied into a hidden sibling directory and renamed into place, so a model
   server polling the base path never sees a partly copied version;
 - a model whose files are identical to the version already served is not pushed again;
-- retention: with `push.keep_versions: K`, only the newest K versions stay after a push;
+- the staged copy is flushed to disk before the rename, so a crash never publishes half a model;
+- retention (`push.keep_versions`) is not done here but after ML Metadata has recorded the push
+  (pipelines/ops/serving_state.py): a run killed between the rename and the record must still
+  find the version it replaced, to fall back to it;
 - the first-run policy: with `require_manual_bless`, a model blessed without any baseline (the
   very first one) is not pushed automatically.
 Every outcome is recorded on the ModelPushPath artifact (`pushed`, `pushed_version`,
@@ -16,9 +19,7 @@ can read it from ML Metadata.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
-import shutil
 import time
 
 from absl import logging
@@ -27,10 +28,14 @@ from tfx.types import artifact_utils, standard_component_specs
 from tfx.utils import json_utils
 
 from components.baseline.strategy import PUSHED_MODEL_ID_PROPERTY
+from components.pusher.layout import (  # noqa: F401 (re-exported for callers)
+    PUSH_RECORD,
+    publish,
+    read_push_record,
+    served_versions,
+)
 
 REASON_PROPERTY = "conveyor_reason"
-RETIRED_PROPERTY = "conveyor_retired_versions"
-PUSH_RECORD = "conveyor_push.json"  # TF Serving ignores files it does not know
 BASELINE_MODEL_ID = "baseline_model_id"  # what TFX's Evaluator records on its blessing
 
 
@@ -46,53 +51,6 @@ def model_digest(model_dir: str) -> str:
                 for chunk in iter(lambda: handle.read(1 << 20), b""):
                     digest.update(chunk)
     return digest.hexdigest()
-
-
-def served_versions(base_dir: str) -> list[int]:
-    """Integer version directories under a TF Serving model base path, ascending."""
-    if not os.path.isdir(base_dir):
-        return []
-    return sorted(int(name) for name in os.listdir(base_dir) if name.isdigit())
-
-
-def read_push_record(version_dir: str) -> dict:
-    try:
-        with open(os.path.join(version_dir, PUSH_RECORD)) as handle:
-            return json.load(handle)
-    except (OSError, ValueError):
-        return {}
-
-
-def publish(model_dir: str, base_dir: str, record: dict) -> tuple[int, str]:
-    """Copies a SavedModel to the next version under base_dir atomically; returns both."""
-    os.makedirs(base_dir, exist_ok=True)
-    versions = served_versions(base_dir)
-    version = (versions[-1] + 1) if versions else 1
-    target = os.path.join(base_dir, str(version))
-    staging = os.path.join(base_dir, f".incoming-{version}-{os.getpid()}")
-    shutil.rmtree(staging, ignore_errors=True)
-    shutil.copytree(model_dir, staging)
-    with open(os.path.join(staging, PUSH_RECORD), "w") as handle:
-        json.dump({**record, "version": version}, handle, indent=2)
-    # rename() within one filesystem is atomic: the version appears complete or not at all.
-    os.rename(staging, target)
-    return version, target
-
-
-def retire_old_versions(base_dir: str, keep: int) -> list[int]:
-    """Removes all but the newest `keep` versions (keep <= 0: none); returns those removed.
-
-    Each is first renamed to a hidden name (atomic: TF Serving stops seeing the version whole)
-    and then deleted.
-    """
-    if keep <= 0:
-        return []
-    retired = served_versions(base_dir)[:-keep]
-    for version in retired:
-        hidden = os.path.join(base_dir, f".retired-{version}-{os.getpid()}")
-        os.rename(os.path.join(base_dir, str(version)), hidden)
-        shutil.rmtree(hidden)
-    return retired
 
 
 class Executor(tfx_pusher_executor.Executor):
@@ -145,10 +103,3 @@ class Executor(tfx_pusher_executor.Executor):
         self._MarkPushed(model_push, pushed_destination=target, pushed_version=str(version))
         model_push.set_string_custom_property(REASON_PROPERTY, f"pushed version {version}")
         logging.info("Model pushed to %s.", target)
-        retired = retire_old_versions(base_dir, int(config.get("keep_versions") or 0))
-        if retired:
-            # push.keep_versions: the newest K stay servable; the record says what went.
-            model_push.set_string_custom_property(
-                RETIRED_PROPERTY, ",".join(str(v) for v in retired)
-            )
-            logging.info("Retired versions %s (push.keep_versions).", retired)

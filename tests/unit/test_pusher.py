@@ -3,7 +3,7 @@
 import json
 import os
 
-from components.pusher import executor
+from components.pusher import executor, layout
 
 
 def _fake_model(path, payload: bytes) -> str:
@@ -51,9 +51,28 @@ def test_retention_keeps_the_newest_versions_and_numbers_keep_counting_up(tmp_pa
     for payload in (b"1", b"2", b"3"):
         executor.publish(_fake_model(tmp_path / payload.decode(), payload), base, {})
 
-    assert executor.retire_old_versions(base, keep=2) == [1]
+    assert layout.retire_old_versions(base, keep=2) == [1]
     assert sorted(os.listdir(base)) == ["2", "3"]  # nothing hidden left behind either
     assert executor.publish(_fake_model(tmp_path / "4", b"4"), base, {})[0] == 4
-    assert executor.retire_old_versions(base, keep=0) == []  # 0: keep everything
-    assert executor.retire_old_versions(base, keep=5) == []
+    assert layout.retire_old_versions(base, keep=0) == []  # 0: keep everything
+    assert layout.retire_old_versions(base, keep=5) == []
     assert sorted(os.listdir(base)) == ["2", "3", "4"]
+
+
+def test_retention_never_removes_a_protected_version(tmp_path):
+    base = str(tmp_path / "serving" / "taxi")
+    for payload in (b"1", b"2", b"3"):
+        layout.publish(_fake_model(tmp_path / payload.decode(), payload), base, {})
+    assert layout.retire_old_versions(base, keep=1, protected={1}) == [2]
+    assert sorted(os.listdir(base)) == ["1", "3"]
+
+
+def test_leftovers_are_only_hidden_folders_directly_under_the_base(tmp_path):
+    base = tmp_path / "serving"
+    for name in (".incoming-4-12", ".retired-1-12", "2", ".quarantined-3-x"):
+        (base / name).mkdir(parents=True)
+    (base / ".incoming-file").write_text("not a folder")
+    assert layout.leftovers(str(base)) == [".incoming-4-12", ".retired-1-12"]
+    for name in layout.leftovers(str(base)):
+        layout.remove_leftover(str(base), name)
+    assert sorted(os.listdir(base)) == [".incoming-file", ".quarantined-3-x", "2"]

@@ -20,7 +20,6 @@ def build(ctx: BuildContext, node_id: str) -> None:
         custom_config={
             "serving_base_dir": base,
             "first_run_policy": ctx.spec.evaluation.first_run.value,
-            "keep_versions": ctx.spec.push.keep_versions or 0,
         },
     ).with_id(node_id)
     ctx.add(node)

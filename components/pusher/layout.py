@@ -1,0 +1,140 @@
+"""TF Serving's model base path on a file system, with no TFX import: what the Pusher writes,
+and what Conveyor's operations read and tidy (reconcile after a crash, retention).
+
+A base path holds integer version folders (`<base>/1/`, `<base>/2/`...), each a SavedModel with
+Conveyor's push record beside it. TF Serving loads only integer folders, so Conveyor's
+transient folders are hidden names in the same base path (a rename within one file system is
+atomic): `.incoming-<v>-<pid>` while a version is copied, `.retired-<v>-<pid>` while one is
+deleted, `.quarantined-<v>-<stamp>` for a version ML Metadata never recorded.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+
+from components.failpoints import failpoint
+
+PUSH_RECORD = "conveyor_push.json"  # TF Serving ignores files it does not know
+INCOMING_PREFIX = ".incoming-"
+RETIRED_PREFIX = ".retired-"
+QUARANTINE_PREFIX = ".quarantined-"
+
+
+def served_versions(base_dir: str) -> list[int]:
+    """Integer version directories under a TF Serving model base path, ascending."""
+    if not os.path.isdir(base_dir):
+        return []
+    return sorted(
+        int(name)
+        for name in os.listdir(base_dir)
+        if name.isdigit() and os.path.isdir(os.path.join(base_dir, name))
+    )
+
+
+def read_push_record(version_dir: str) -> dict:
+    """The push record of a version ({} when it has none or it cannot be read)."""
+    try:
+        with open(os.path.join(version_dir, PUSH_RECORD)) as handle:
+            return json.load(handle)
+    except (OSError, ValueError):
+        return {}
+
+
+def _fsync_tree(root: str) -> None:
+    """Flushes every file and folder under `root` to disk, so that a rename published after
+    this never exposes a version whose bytes a power cut could still lose."""
+    for folder, _, files in os.walk(root):
+        for name in files:
+            fd = os.open(os.path.join(folder, name), os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        _fsync_dir(folder)
+
+
+def _fsync_dir(folder: str) -> None:
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def publish(model_dir: str, base_dir: str, record: dict) -> tuple[int, str]:
+    """Copies a SavedModel to the next version under base_dir atomically; returns both.
+
+    The copy goes to a hidden staging folder, is flushed to disk (files, then folders), and is
+    renamed into place: a model server polling the base path sees the version whole or not at
+    all, also after a crash or a power cut.
+    """
+    os.makedirs(base_dir, exist_ok=True)
+    versions = served_versions(base_dir)
+    version = (versions[-1] + 1) if versions else 1
+    target = os.path.join(base_dir, str(version))
+    staging = os.path.join(base_dir, f"{INCOMING_PREFIX}{version}-{os.getpid()}")
+    shutil.rmtree(staging, ignore_errors=True)
+    shutil.copytree(model_dir, staging)
+    with open(os.path.join(staging, PUSH_RECORD), "w") as handle:
+        json.dump({**record, "version": version}, handle, indent=2)
+    _fsync_tree(staging)
+    failpoint("push:copied")
+    # rename() within one filesystem is atomic: the version appears complete or not at all.
+    os.rename(staging, target)
+    _fsync_dir(base_dir)
+    failpoint("push:renamed")
+    return version, target
+
+
+def _hide_and_delete(base_dir: str, name: str, prefix: str) -> None:
+    hidden = os.path.join(base_dir, f"{prefix}{name}-{os.getpid()}")
+    os.rename(os.path.join(base_dir, name), hidden)
+    failpoint("retain:hidden")
+    shutil.rmtree(hidden)
+
+
+def retire_old_versions(base_dir: str, keep: int, protected: set[int] = frozenset()) -> list[int]:
+    """Removes all but the newest `keep` versions (keep <= 0: none); returns those removed.
+
+    Each is first renamed to a hidden name (atomic: TF Serving stops seeing the version whole)
+    and then deleted. Versions in `protected` are never removed; nothing outside `base_dir` is
+    ever touched.
+    """
+    if keep <= 0:
+        return []
+    retired = [v for v in served_versions(base_dir)[:-keep] if v not in protected]
+    for version in retired:
+        _hide_and_delete(base_dir, str(version), RETIRED_PREFIX)
+    return retired
+
+
+def leftovers(base_dir: str) -> list[str]:
+    """Hidden folders a killed push or retention left behind (staging and retired copies)."""
+    if not os.path.isdir(base_dir):
+        return []
+    return sorted(
+        name
+        for name in os.listdir(base_dir)
+        if name.startswith((INCOMING_PREFIX, RETIRED_PREFIX))
+        and os.path.isdir(os.path.join(base_dir, name))
+        and not os.path.islink(os.path.join(base_dir, name))
+    )
+
+
+def remove_leftover(base_dir: str, name: str) -> None:
+    """Deletes one leftover folder (its name from `leftovers`), never outside `base_dir`."""
+    path = os.path.realpath(os.path.join(base_dir, name))
+    if os.path.dirname(path) != os.path.realpath(base_dir):
+        raise ValueError(f"{name!r} is not a folder directly under {base_dir}")
+    shutil.rmtree(path)
+
+
+def quarantine(base_dir: str, version: int) -> str:
+    """Moves a version out of TF Serving's sight, keeping its files; returns the new name."""
+    name = f"{QUARANTINE_PREFIX}{version}-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}"
+    os.rename(os.path.join(base_dir, str(version)), os.path.join(base_dir, name))
+    _fsync_dir(base_dir)
+    return name
