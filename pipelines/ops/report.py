@@ -1,11 +1,15 @@
 """The run report: one self-contained HTML file per run, readable without a notebook.
 
-`write_report` reads what the run produced back from ML Metadata (the `pipeline_run` context's
-executions and their input and output artifacts; a cached execution's outputs are linked too)
-and writes `<run dir>/report.html`: the verdict and the gate decisions, the data statistics of
-every split, the data gate's anomalies, drift and skew, the evaluation of every slice for the
-candidate against the baseline with the thresholds that failed, and the push. A run that stopped
-early shows what exists and says what does not. Inline CSS, no scripts, no external URLs.
+`write_report` reads what the run produced back from ML Metadata (`pipelines.metadata`: the
+`pipeline_run` context's executions and their input and output artifacts; a cached execution's
+outputs are linked too) and writes `<run dir>/report.html`: the verdict and the gate decisions,
+the data statistics of every split, the data gate's anomalies, drift and skew, the evaluation of
+every slice for the candidate against the baseline with the thresholds that failed, and the push.
+A run that stopped early shows what exists and says what does not.
+
+This module prepares the page's data as plain dataclasses; the markup is the jinja2 templates in
+`pipelines/ops/templates/` (autoescaped, so a message or a column name is text, never markup).
+The page has inline CSS, no scripts and no external URLs.
 
 TensorFlow Model Analysis is imported only when the run has an evaluation to read; statistics and
 anomalies are read with the tensorflow_metadata protos alone.
@@ -14,7 +18,7 @@ anomalies are read with the tensorflow_metadata protos alone.
 from __future__ import annotations
 
 import datetime
-import html
+import functools
 import logging
 import re
 import warnings
@@ -23,27 +27,157 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import jinja2
+
+from pipelines.metadata import (
+    ArtifactRecord,
+    NodeArtifacts,
+    find_output,
+    open_store,
+    read_run_artifacts,
+    statistics_file,
+)
+from pipelines.outcome import Outcome, RunResult
 from pipelines.paths import REPORT_FILE, RunPaths, find_run_dirs, recent_run_dirs
 
 TOP_VALUES = 5
-
-_CSS = """
-body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; color: #1d232b;
-       margin: 2em auto; max-width: 1100px; padding: 0 1em; }
-h1 { font-size: 1.5em; margin-bottom: .2em; } h2 { font-size: 1.2em; margin-top: 2em;
-     border-bottom: 1px solid #d6dbe1; padding-bottom: .2em; } h3 { font-size: 1em; }
-table { border-collapse: collapse; margin: .5em 0 1em; }
-th, td { border: 1px solid #d6dbe1; padding: .25em .6em; text-align: left; vertical-align: top; }
-th { background: #f1f3f6; } td.num { text-align: right; font-variant-numeric: tabular-nums; }
-.badge { display: inline-block; padding: .1em .6em; border-radius: .8em; font-weight: 600; }
-.ok { background: #dcf5e3; color: #145c2c; } .bad { background: #fde0e0; color: #8a1c1c; }
-.warn { background: #fff1cc; color: #6b4e00; } .none { background: #eceff3; color: #4a5563; }
-.note { color: #4a5563; } code { background: #f1f3f6; padding: 0 .25em; }
-"""
+TEMPLATES_DIR = Path(__file__).parent / "templates"
+TEMPLATE = "report.html.j2"
 
 
-def _e(value: Any) -> str:
-    return html.escape("" if value is None else str(value))
+# --- what the templates draw ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Badge:
+    """A coloured word with an optional plain-text note after it.
+
+    `kind` is the CSS class: ok (green), warn (amber), bad (red) or none (grey).
+    """
+
+    text: str
+    kind: str
+    note: str = ""
+
+
+@dataclass
+class Table:
+    """A table of text cells (a cell may be a `Badge`); `numeric` columns are right-aligned."""
+
+    headers: Sequence[str]
+    rows: list[list[Any]]
+    numeric: frozenset[int] = frozenset()
+
+
+@dataclass
+class Summary:
+    """The page's head: the verdict, the run's message and where its files are."""
+
+    pipeline: str
+    run_id: str | None
+    outcome: Badge
+    message: str
+    night: str | None
+    span: int | None
+    pushed_version: str | None
+    pushed_path: str | None
+    serving_dir: str
+    run_dir: str
+    metadata: str
+
+
+@dataclass
+class GateDecisions:
+    """The three decisions of a run: the data gate, the model gate (blessing), the push."""
+
+    data_gate: Badge
+    model: Badge
+    push: Badge
+
+
+@dataclass
+class SplitStatistics:
+    """One dataset of a split's statistics; `table` is None when the split has no file."""
+
+    name: str
+    examples: str = ""
+    table: Table | None = None
+
+
+@dataclass
+class Statistics:
+    """StatisticsGen's output, split by split."""
+
+    uri: str | None  # None: StatisticsGen did not run
+    cached: bool = False
+    splits: list[SplitStatistics] = field(default_factory=list)
+
+
+@dataclass
+class GateTable:
+    """A titled table of the data gate's findings, or the word for none (`empty`)."""
+
+    title: str
+    table: Table | None
+    empty: str = "none"
+
+
+@dataclass
+class DataGate:
+    """The data gate's findings: anomalies, drift and skew (or ExampleValidator's own)."""
+
+    verdict: Badge | None  # None: the runner did not report the gate's findings
+    validator: GateTable | None = None  # ExampleValidator's own findings, for such a run
+    tables: list[GateTable] = field(default_factory=list)
+
+
+@dataclass
+class Evaluation:
+    """The Evaluator's metrics per slice for the candidate and the baseline, and the verdict."""
+
+    missing: str = ""  # why there is no evaluation; "" when there is one
+    notes: list[str] = field(default_factory=list)
+    uri: str = ""
+    read_error: str = ""
+    verdict: Badge | None = None  # None: the evaluation had no thresholds to validate
+    missing_thresholds: bool = False
+    missing_slices: list[str] = field(default_factory=list)
+    rubber_stamp: bool = False
+    table: Table | None = None
+
+
+@dataclass
+class Push:
+    """What the Pusher decided, as its PushedModel artifact records it."""
+
+    pushed: bool
+    version: Any
+    destination: Any
+    reason: Any
+    pusher_state: str | None
+
+
+@dataclass
+class Section:
+    """One section after the summary; `error` replaces it when its data could not be read."""
+
+    name: str  # the macro in templates/sections.html.j2 that draws it
+    data: Any = None
+    error: str | None = None
+
+
+@dataclass
+class ReportPage:
+    """Everything `templates/report.html.j2` draws."""
+
+    title: str
+    summary: Summary
+    recorded: bool  # ML Metadata holds the run
+    sections: list[Section]
+    generated: str
+
+
+# --- preparing the data --------------------------------------------------------------------------
 
 
 def _num(value: float | int | None, digits: int = 6) -> str:
@@ -56,190 +190,94 @@ def _num(value: float | int | None, digits: int = 6) -> str:
     return f"{value:.{digits}g}"
 
 
-def _badge(text: str, kind: str) -> str:
-    return f'<span class="badge {kind}">{_e(text)}</span>'
+def _table(
+    headers: Sequence[str], rows: Iterable[Sequence[Any]], numeric: Iterable[int] = ()
+) -> Table:
+    """A `Table`; a missing value (None) is an empty cell."""
+    cells = [["" if cell is None else cell for cell in row] for row in rows]
+    return Table(list(headers), cells, frozenset(numeric))
 
 
-def _table(headers: Sequence[str], rows: Iterable[Sequence[Any]], numeric: set[int] = frozenset()):
-    """An HTML table; cells are escaped unless given as `_Raw`."""
-    head = "".join(f"<th>{_e(h)}</th>" for h in headers)
-    body = []
-    for row in rows:
-        cells = []
-        for i, cell in enumerate(row):
-            text = cell.html if isinstance(cell, _Raw) else _e(cell)
-            cells.append(f'<td class="num">{text}</td>' if i in numeric else f"<td>{text}</td>")
-        body.append("<tr>" + "".join(cells) + "</tr>")
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+_PASSED = Badge("passed", "ok")
+_BLOCKED = Badge("blocked", "bad")
 
 
-@dataclass(frozen=True)
-class _Raw:
-    html: str
+def _outcome_badge(outcome: Outcome) -> Badge:
+    # Green for a new version, amber for a run that kept serving as it was, red for one that
+    # alerts operators.
+    kind = "bad" if outcome.alerts else "ok" if outcome is Outcome.PUSHED else "warn"
+    return Badge(outcome.label, kind)
 
 
-# --- reading the run from ML Metadata -----------------------------------------------------------
-
-
-@dataclass
-class NodeArtifacts:
-    """One node's latest execution in the run, with its artifacts by input / output key."""
-
-    node_id: str
-    state: str
-    inputs: dict[str, list[Any]] = field(default_factory=dict)
-    outputs: dict[str, list[Any]] = field(default_factory=dict)
-
-    def output(self, key: str):
-        found = self.outputs.get(key) or []
-        return found[0] if found else None
-
-    def input(self, key: str):
-        found = self.inputs.get(key) or []
-        return found[0] if found else None
-
-
-def read_run(store, run_id: str) -> dict[str, NodeArtifacts]:
-    """Node id -> its execution's artifacts in the run `run_id` ({} when it is not recorded)."""
-    from ml_metadata.proto import metadata_store_pb2
-
-    from pipelines.metadata import NODE_CONTEXT_TYPE, RUN_CONTEXT_TYPE, STATE_NAMES, node_id_of
-
-    context = store.get_context_by_type_and_name(RUN_CONTEXT_TYPE, run_id)
-    if context is None:
-        return {}
-    node_type = store.get_context_type(NODE_CONTEXT_TYPE)
-    event = metadata_store_pb2.Event
-    input_types = {event.INPUT, event.DECLARED_INPUT}
-    output_types = {event.OUTPUT, event.DECLARED_OUTPUT}
-    nodes: dict[str, NodeArtifacts] = {}
-    for execution in sorted(store.get_executions_by_context(context.id), key=lambda e: e.id):
-        node_id = node_id_of(store, execution, node_type.id if node_type else None)
-        node = NodeArtifacts(node_id, STATE_NAMES.get(execution.last_known_state, "unknown"))
-        events = store.get_events_by_execution_ids([execution.id])
-        artifacts = {a.id: a for a in store.get_artifacts_by_id([e.artifact_id for e in events])}
-        for ev in events:
-            target = (
-                node.inputs
-                if ev.type in input_types
-                else node.outputs
-                if ev.type in output_types
-                else None
-            )
-            key = next((s.key for s in ev.path.steps if s.HasField("key")), "")
-            if target is not None and ev.artifact_id in artifacts:
-                target.setdefault(key, []).append(artifacts[ev.artifact_id])
-        nodes[node_id] = node  # a retried node: its latest execution wins
-    return nodes
-
-
-def _custom(artifact, key: str):
-    from pipelines.metadata import custom_property
-
-    return custom_property(artifact, key)
-
-
-def _find_output(nodes: dict[str, NodeArtifacts], type_name: str):
-    """(node, artifact) of the first node with an output of this MLMD type."""
-    for node in nodes.values():
-        for artifacts in node.outputs.values():
-            for artifact in artifacts:
-                if artifact.type == type_name:
-                    return node, artifact
-    return None, None
-
-
-def _splits(artifact) -> list[str]:
-    import json
-
-    names = _custom(artifact, "split_names")
-    if not names and "split_names" in artifact.properties:
-        names = artifact.properties["split_names"].string_value
-    try:
-        return list(json.loads(names)) if names else []
-    except ValueError:
-        return []
-
-
-# --- sections ------------------------------------------------------------------------------------
-
-
-def _outcome_badge(outcome: str) -> str:
-    kind = {"pushed": "ok", "not_pushed": "warn", "blocked": "bad", "failed": "bad"}
-    return _badge(outcome.upper().replace("_", " "), kind.get(outcome, "none"))
-
-
-def _summary(result, paths: RunPaths) -> str:
-    rows = [
-        ("pipeline", result.pipeline),
-        ("run id", result.run_id),
-        ("night", result.night or "-"),
-        ("span", "-" if result.span is None else result.span),
-        (
-            "pushed version",
-            f"{result.pushed_version} ({result.pushed_path})" if result.pushed_version else "none",
-        ),
-        ("serving directory", paths.serving_dir),
-        ("run directory", result.run_dir),
-        ("metadata", paths.metadata_path),
-    ]
-    return (
-        f"<h1>{_e(result.pipeline)}: run {_e(result.run_id)}</h1>"
-        f"<p>{_outcome_badge(result.outcome)} {_e(result.message)}</p>" + _table(("", ""), rows)
+def _summary(result: RunResult, paths: RunPaths) -> Summary:
+    return Summary(
+        pipeline=result.pipeline,
+        run_id=result.run_id,
+        outcome=_outcome_badge(Outcome(result.outcome)),
+        message=result.message,
+        night=result.night,
+        span=result.span,
+        pushed_version=result.pushed_version,
+        pushed_path=result.pushed_path,
+        serving_dir=str(paths.serving_dir),
+        run_dir=result.run_dir,
+        metadata=str(paths.metadata_path),
     )
 
 
-def _gate_decisions(result, nodes: dict[str, NodeArtifacts]) -> str:
+def _gate_decisions(result: RunResult, nodes: dict[str, NodeArtifacts]) -> GateDecisions:
     gate = result.data_gate
     data_node = nodes.get("data_gate")
     if gate:
-        data = _badge("passed", "ok") if gate.get("passed") else _badge("blocked", "bad")
+        data = _PASSED if gate.get("passed") else _BLOCKED
     elif data_node is not None:
-        blocked = data_node.state == "failed" or result.outcome == "blocked"
-        data = _badge("blocked", "bad") if blocked else _badge("passed", "ok")
+        blocked = data_node.state == "failed" or Outcome(result.outcome) is Outcome.BLOCKED
+        data = _BLOCKED if blocked else _PASSED
     else:
-        data = _badge("not run", "none")
+        data = Badge("not run", "none")
 
-    eval_node, blessing = _find_output(nodes, "ModelBlessing")
+    eval_node, blessing = find_output(nodes, "ModelBlessing")
     if blessing is None:
-        model = _badge("not evaluated", "none")
+        model = Badge("not evaluated", "none")
     else:
-        blessed = _custom(blessing, "blessed") == 1
-        model = _badge("blessed", "ok") if blessed else _badge("not blessed", "bad")
-        baseline = _custom(blessing, "baseline_model_id")
-        model += (
-            f" against the baseline model (artifact {baseline})"
+        baseline = blessing.get("baseline_model_id")
+        notes = [
+            f"against the baseline model (artifact {baseline})"
             if baseline is not None
-            else " with no baseline (value thresholds only)"
+            else "with no baseline (value thresholds only)"
+        ]
+        if eval_node is not None and eval_node.cached:
+            notes.append("(cached evaluation of an earlier run)")
+        blessed = blessing.get("blessed") == 1
+        model = Badge(
+            "blessed" if blessed else "not blessed", "ok" if blessed else "bad", " ".join(notes)
         )
-        if eval_node is not None and eval_node.state == "cached":
-            model += " (cached evaluation of an earlier run)"
 
-    push_node, pushed = _find_output(nodes, "PushedModel")
+    push_node, pushed = find_output(nodes, "PushedModel")
     if pushed is None:
-        push = _badge("did not run", "none")
+        push = Badge("did not run", "none")
     else:
-        reason = _custom(pushed, "conveyor_reason") or ""
-        if _custom(pushed, "pushed") == 1:
-            push = _badge(f"pushed version {_custom(pushed, 'pushed_version')}", "ok")
+        reason = pushed.get("conveyor_reason") or ""
+        # The reason of a push repeats the badge ("pushed version 3 ..."): it is left out.
+        notes = [reason] if reason and not reason.startswith("pushed version") else []
+        if push_node is not None and push_node.cached:
+            notes.append("(cached: the decision of an earlier run; nothing was pushed now)")
+        if pushed.get("pushed") == 1:
+            push = Badge(f"pushed version {pushed.get('pushed_version')}", "ok", " ".join(notes))
         else:
-            push = _badge("not pushed", "warn")
-        if reason and not reason.startswith("pushed version"):
-            push += f" {_e(reason)}"
-        if push_node is not None and push_node.state == "cached":
-            push += " (cached: the decision of an earlier run; nothing was pushed now)"
-    rows = [("data gate", _Raw(data)), ("model", _Raw(model)), ("push", _Raw(push))]
-    return "<h2>Gate decisions</h2>" + _table(("gate", "decision"), rows)
+            push = Badge("not pushed", "warn", " ".join(notes))
+    return GateDecisions(data, model, push)
 
 
-def _components(result) -> str:
+def _components(result: RunResult) -> Table | None:
     if not result.nodes:
-        return ""
+        return None
     rows = [(n.node_id, n.state, f"{n.seconds:.1f}") for n in result.nodes]
-    return "<h2>Components</h2>" + _table(("node", "state", "seconds"), rows, numeric={2})
+    return _table(("node", "state", "seconds"), rows, numeric={2})
 
 
 def _feature_rows(dataset) -> list[tuple]:
+    """One row per feature of a `DatasetFeatureStatistics`: presence, moments, top values."""
     from tensorflow_metadata.proto.v0 import statistics_pb2
 
     type_names = statistics_pb2.FeatureNameStatistics.Type
@@ -284,46 +322,44 @@ def _feature_rows(dataset) -> list[tuple]:
     return rows
 
 
-def _statistics(nodes: dict[str, NodeArtifacts]) -> str:
+_STATISTICS_HEADERS = (
+    "feature",
+    "type",
+    "with a value",
+    "missing",
+    "mean",
+    "std",
+    "min",
+    "max",
+    "unique",
+    f"top {TOP_VALUES} values (count)",
+)
+
+
+def _statistics(nodes: dict[str, NodeArtifacts]) -> Statistics:
     from tensorflow_metadata.proto.v0 import statistics_pb2
 
-    from pipelines.metadata import statistics_file
-
-    out = ["<h2>Data statistics</h2>"]
-    node, artifact = _find_output(nodes, "ExampleStatistics")
+    node, artifact = find_output(nodes, "ExampleStatistics")
     if artifact is None:
-        out.append('<p class="note">No statistics: StatisticsGen did not run.</p>')
-        return "".join(out)
-    note = " (cached from an earlier run)" if node.state == "cached" else ""
-    out.append(f'<p class="note">From <code>{_e(artifact.uri)}</code>{_e(note)}.</p>')
-    headers = (
-        "feature",
-        "type",
-        "with a value",
-        "missing",
-        "mean",
-        "std",
-        "min",
-        "max",
-        "unique",
-        f"top {TOP_VALUES} values (count)",
-    )
-    splits = _splits(artifact) or sorted(
+        return Statistics(uri=None)
+    section = Statistics(uri=artifact.uri, cached=node.cached)
+    splits = artifact.split_names() or sorted(
         p.name[len("Split-") :] for p in Path(artifact.uri).glob("Split-*")
     )
     for split in splits:
         path = statistics_file(artifact.uri, split)
         if not path.is_file():
-            out.append(f'<p class="note">Split {_e(split)}: no statistics file.</p>')
+            section.splits.append(SplitStatistics(split))
             continue
         stats = statistics_pb2.DatasetFeatureStatisticsList()
         stats.ParseFromString(path.read_bytes())
         for dataset in stats.datasets:
-            out.append(f"<h3>Split {_e(split)}: {_num(int(dataset.num_examples))} examples</h3>")
-            out.append(_table(headers, _feature_rows(dataset), numeric={2, 3, 4, 5, 6, 7, 8}))
-    return "".join(out)
+            table = _table(_STATISTICS_HEADERS, _feature_rows(dataset), numeric=range(2, 9))
+            section.splits.append(SplitStatistics(split, _num(int(dataset.num_examples)), table))
+    return section
 
 
+_GATE_TITLES = {"anomalies": "Anomalies", "drift": "Drift", "skew": "Training/serving skew"}
 _GATE_COLUMNS = {
     "anomalies": ("column", "split", "description"),
     "drift": ("column", "measure", "distance", "threshold", "breached", "against"),
@@ -331,11 +367,12 @@ _GATE_COLUMNS = {
 }
 
 
-def _gate_table(kind: str, entries: list[dict] | None) -> str:
-    title = {"anomalies": "Anomalies", "drift": "Drift", "skew": "Training/serving skew"}[kind]
+def _gate_table(kind: str, entries: list[dict] | None) -> GateTable:
+    """One kind of the data gate's findings; `entries` None: the gate did not check it."""
+    title = _GATE_TITLES[kind]
     if not entries:
         word = "none" if kind == "anomalies" and entries is not None else "not checked"
-        return f'<h3>{title}</h3><p class="note">{word}</p>'
+        return GateTable(title, None, word)
     columns = list(_GATE_COLUMNS[kind])
     columns += sorted({k for entry in entries for k in entry} - set(columns))
     rows = []
@@ -344,22 +381,23 @@ def _gate_table(kind: str, entries: list[dict] | None) -> str:
         for column in columns:
             value = entry.get(column)
             if column == "breached":
-                value = _Raw(_badge("breached", "bad") if value else _badge("ok", "ok"))
+                value = Badge("breached", "bad") if value else Badge("ok", "ok")
             elif isinstance(value, float):
                 value = _num(value)
             row.append(value)
         rows.append(row)
-    numeric = {i for i, c in enumerate(columns) if c in ("distance", "threshold")}
-    return f"<h3>{title}</h3>" + _table(columns, rows, numeric=numeric)
+    numeric = [i for i, c in enumerate(columns) if c in ("distance", "threshold")]
+    return GateTable(title, _table(columns, rows, numeric=numeric))
 
 
-def _validator_anomalies(nodes: dict[str, NodeArtifacts]) -> str:
-    """ExampleValidator's own findings, for a run whose runner did not report the gate."""
+def _validator_anomalies(nodes: dict[str, NodeArtifacts]) -> GateTable | None:
+    """ExampleValidator's own findings, for a run whose runner did not report the gate; None
+    when ExampleValidator did not run."""
     from tensorflow_metadata.proto.v0 import anomalies_pb2
 
-    _, artifact = _find_output(nodes, "ExampleAnomalies")
+    _, artifact = find_output(nodes, "ExampleAnomalies")
     if artifact is None:
-        return '<p class="note">ExampleValidator did not run: the data was not checked.</p>'
+        return None
     rows = []
     for split_dir in sorted(Path(artifact.uri).glob("Split-*")):
         path = split_dir / "SchemaDiff.pb"
@@ -373,27 +411,22 @@ def _validator_anomalies(nodes: dict[str, NodeArtifacts]) -> str:
         if anomalies.HasField("dataset_anomaly_info"):
             info = anomalies.dataset_anomaly_info
             rows.append(("(dataset)", split, info.short_description, info.description))
-    if not rows:
-        return '<h3>ExampleValidator anomalies</h3><p class="note">none</p>'
-    return "<h3>ExampleValidator anomalies</h3>" + _table(
-        ("column", "split", "anomaly", "description"), rows
-    )
+    table = _table(("column", "split", "anomaly", "description"), rows) if rows else None
+    return GateTable("ExampleValidator anomalies", table)
 
 
-def _data_gate(result, nodes: dict[str, NodeArtifacts]) -> str:
-    out = ["<h2>Data gate</h2>"]
+def _data_gate(result: RunResult, nodes: dict[str, NodeArtifacts]) -> DataGate:
     gate = result.data_gate
     if not gate:
-        out.append('<p class="note">The runner did not report the data gate\'s findings.</p>')
-        out.append(_validator_anomalies(nodes))
-        out.append(_gate_table("drift", None))
-        out.append(_gate_table("skew", None))
-        return "".join(out)
-    passed = gate.get("passed")
-    out.append(f"<p>{_badge('passed', 'ok') if passed else _badge('blocked', 'bad')}</p>")
-    for kind in ("anomalies", "drift", "skew"):
-        out.append(_gate_table(kind, gate.get(kind)))
-    return "".join(out)
+        return DataGate(
+            verdict=None,
+            validator=_validator_anomalies(nodes),
+            tables=[_gate_table("drift", None), _gate_table("skew", None)],
+        )
+    return DataGate(
+        verdict=_PASSED if gate.get("passed") else _BLOCKED,
+        tables=[_gate_table(kind, gate.get(kind)) for kind in ("anomalies", "drift", "skew")],
+    )
 
 
 def _snake(class_name: str) -> str:
@@ -480,32 +513,40 @@ def _failure_text(failure) -> str:
     return "; ".join(texts) or failure.message or "threshold not met"
 
 
-def _evaluation(nodes: dict[str, NodeArtifacts], result, spec) -> str:
-    out = ["<h2>Evaluation</h2>"]
-    node, artifact = _find_output(nodes, "ModelEvaluation")
-    if artifact is None:
-        why = {
-            "blocked": "the run was blocked at the data gate, before training",
-            "failed": "the run failed before the Evaluator finished",
-        }.get(result.outcome, "the pipeline has no Evaluator or it did not run")
-        out.append(f'<p class="note">No evaluation: {_e(why)}.</p>')
-        return "".join(out)
-    baseline = node.input("baseline_model") if node is not None else None
-    candidate = node.input("model") if node is not None else None
-    notes = [f"candidate model: artifact {candidate.id}" if candidate is not None else ""]
+_NO_EVALUATION = {
+    Outcome.BLOCKED: "the run was blocked at the data gate, before training",
+    Outcome.FAILED: "the run failed before the Evaluator finished",
+}
+
+
+def _evaluation_notes(node: NodeArtifacts | None) -> list[str]:
+    """Which models were compared, and whether the evaluation is an earlier run's."""
+    candidate: ArtifactRecord | None = node.input("model") if node is not None else None
+    baseline: ArtifactRecord | None = node.input("baseline_model") if node is not None else None
+    notes = [f"candidate model: artifact {candidate.id}"] if candidate is not None else []
     notes.append(
         f"baseline (the served model): artifact {baseline.id}"
         if baseline is not None
         else "no baseline: nothing was served yet, only value thresholds apply"
     )
-    if node is not None and node.state == "cached":
+    if node is not None and node.cached:
         notes.append("cached: the evaluation of an earlier run of the same model and data")
-    out.append(f'<p class="note">{_e("; ".join(n for n in notes if n))}.</p>')
+    return notes
+
+
+def _evaluation(nodes: dict[str, NodeArtifacts], result: RunResult, spec) -> Evaluation:
+    node, artifact = find_output(nodes, "ModelEvaluation")
+    if artifact is None:
+        why = _NO_EVALUATION.get(
+            Outcome(result.outcome), "the pipeline has no Evaluator or it did not run"
+        )
+        return Evaluation(missing=why)
+    section = Evaluation(notes=_evaluation_notes(node), uri=artifact.uri)
     try:
         per_slice, validation = _load_evaluation(artifact.uri)
     except Exception as err:  # a report must not fail on a damaged or foreign evaluation
-        out.append(f'<p class="note">Could not read {_e(artifact.uri)}: {_e(err)}</p>')
-        return "".join(out)
+        section.read_error = str(err)
+        return section
 
     failures: dict[tuple[str, str, str], str] = {}
     if validation is not None:
@@ -515,21 +556,14 @@ def _evaluation(nodes: dict[str, NodeArtifacts], result, spec) -> str:
                 failures[(_slice_name(per.slice_key), key.name, str(key.is_diff))] = _failure_text(
                     failure
                 )
-        verdict = (
-            _badge("thresholds met", "ok")
+        section.verdict = (
+            Badge("thresholds met", "ok")
             if validation.validation_ok
-            else _badge("thresholds not met", "bad")
+            else Badge("thresholds not met", "bad")
         )
-        out.append(f"<p>{verdict}</p>")
-        if validation.missing_thresholds:
-            out.append('<p class="note">Some thresholds had no metric value to check.</p>')
-        for missing in validation.missing_slices:
-            out.append(f'<p class="note">A sliced threshold found no slice: {_e(missing)}</p>')
-        if validation.rubber_stamp:
-            out.append(
-                '<p class="note">No baseline: change thresholds were not applied (TFMA\'s '
-                "rubber stamp).</p>"
-            )
+        section.missing_thresholds = bool(validation.missing_thresholds)
+        section.missing_slices = [str(missing) for missing in validation.missing_slices]
+        section.rubber_stamp = bool(validation.rubber_stamp)
 
     def sort_key(entry):
         name = _slice_name(entry.slice_key)
@@ -551,9 +585,9 @@ def _evaluation(nodes: dict[str, NodeArtifacts], result, spec) -> str:
             class_name, threshold = _threshold_text(spec, name)
             failed = [m for (s, n, _), m in failures.items() if s == slice_name and n == name]
             if failed:
-                status = _Raw(_badge("failed", "bad") + " " + _e("; ".join(failed)))
+                status = Badge("failed", "bad", "; ".join(failed))
             elif threshold and slice_name == "all examples" and validation is not None:
-                status = _Raw(_badge("passed", "ok"))
+                status = Badge("passed", "ok")
             else:
                 status = ""
             rows.append(
@@ -569,72 +603,82 @@ def _evaluation(nodes: dict[str, NodeArtifacts], result, spec) -> str:
             )
     headers = ("slice", "metric", "candidate", "baseline", "difference", "threshold", "result")
     if rows:
-        out.append(_table(headers, rows, numeric={2, 3, 4}))
-    else:
-        out.append('<p class="note">The evaluation holds no metric values.</p>')
-    out.append(
-        '<p class="note">Thresholds gate the whole evaluation set; the other slices are for '
-        "reading.</p>"
-    )
-    return "".join(out)
+        section.table = _table(headers, rows, numeric={2, 3, 4})
+    return section
 
 
-def _push(result, nodes: dict[str, NodeArtifacts]) -> str:
-    out = ["<h2>Push</h2>"]
-    node, pushed = _find_output(nodes, "PushedModel")
+def _push(nodes: dict[str, NodeArtifacts]) -> Push | None:
+    node, pushed = find_output(nodes, "PushedModel")
     if pushed is None:
-        out.append('<p class="note">The Pusher did not run: serving is unchanged.</p>')
-        return "".join(out)
-    rows = [
-        ("pushed", "yes" if _custom(pushed, "pushed") == 1 else "no"),
-        ("version", _custom(pushed, "pushed_version") or "-"),
-        ("destination", _custom(pushed, "pushed_destination") or "-"),
-        ("reason", _custom(pushed, "conveyor_reason") or "-"),
-        ("pusher", node.state if node is not None else "-"),
-    ]
-    out.append(_table(("", ""), rows))
-    return "".join(out)
-
-
-def render_report(result, paths: RunPaths, nodes: dict[str, NodeArtifacts]) -> str:
-    """The report's HTML for a run, from its `RunResult` and its artifacts in ML Metadata."""
-    sections = []
-    for section in (
-        lambda: _gate_decisions(result, nodes),
-        lambda: _components(result),
-        lambda: _statistics(nodes),
-        lambda: _data_gate(result, nodes),
-        lambda: _evaluation(nodes, result, paths.spec),
-        lambda: _push(result, nodes),
-    ):
-        try:
-            sections.append(section())
-        except Exception as err:  # one unreadable artifact must not cost the whole report
-            sections.append(f'<p class="note">This section could not be written: {_e(err)}</p>')
-    if not nodes:
-        sections.insert(0, '<p class="note">ML Metadata holds no record of this run.</p>')
-    generated = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
-    return (
-        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
-        f"<title>{_e(result.pipeline)} {_e(result.run_id)}: {_e(result.outcome)}</title>"
-        f"<style>{_CSS}</style></head><body>"
-        + _summary(result, paths)
-        + "".join(sections)
-        + f'<p class="note">Written by Conveyor at {generated}.</p></body></html>\n'
+        return None  # the Pusher did not run
+    return Push(
+        pushed=pushed.get("pushed") == 1,
+        version=pushed.get("pushed_version"),
+        destination=pushed.get("pushed_destination"),
+        reason=pushed.get("conveyor_reason"),
+        pusher_state=node.state if node is not None else None,
     )
 
 
-def write_report(result, paths: RunPaths) -> Path:
+def _section(name: str, prepare) -> Section:
+    try:
+        return Section(name, prepare())
+    except Exception as err:  # one unreadable artifact must not cost the whole report
+        return Section(name, error=str(err))
+
+
+def report_page(result: RunResult, paths: RunPaths, nodes: dict[str, NodeArtifacts]) -> ReportPage:
+    """The report's data for a run, from its `RunResult` and its nodes in ML Metadata
+    (`pipelines.metadata.read_run_artifacts`); what the templates draw."""
+    sections = [
+        _section("gate_decisions", lambda: _gate_decisions(result, nodes)),
+        _section("components", lambda: _components(result)),
+        _section("statistics", lambda: _statistics(nodes)),
+        _section("data_gate", lambda: _data_gate(result, nodes)),
+        _section("evaluation", lambda: _evaluation(nodes, result, paths.spec)),
+        _section("push", lambda: _push(nodes)),
+    ]
+    generated = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return ReportPage(
+        title=f"{result.pipeline} {result.run_id}: {Outcome(result.outcome).value}",
+        summary=_summary(result, paths),
+        recorded=bool(nodes),
+        sections=sections,
+        generated=generated,
+    )
+
+
+@functools.lru_cache(maxsize=1)
+def templates() -> jinja2.Environment:
+    """The report's jinja2 environment: its templates, autoescaped, undefined names an error."""
+    environment = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(TEMPLATES_DIR),
+        autoescape=jinja2.select_autoescape(
+            enabled_extensions=("html", "html.j2"), default_for_string=True, default=True
+        ),
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+    )
+    environment.tests["badge"] = lambda value: isinstance(value, Badge)
+    return environment
+
+
+def render_report(result: RunResult, paths: RunPaths, nodes: dict[str, NodeArtifacts]) -> str:
+    """The report's HTML for a run, from its `RunResult` and its nodes in ML Metadata."""
+    return templates().get_template(TEMPLATE).render(page=report_page(result, paths, nodes))
+
+
+def write_report(result: RunResult, paths: RunPaths) -> Path:
     """Writes `<result.run_dir>/report.html` for a finished run and returns its path.
 
     Args:
-      result: the run's `pipelines.run.local.RunResult` (with `run_dir` set).
+      result: the run's `RunResult` (with `run_dir` set).
       paths: the run's `RunPaths` (its metadata store, serving directory and spec).
     """
-    from pipelines.metadata import open_store
-
     store = open_store(paths.spec, paths.metadata_path)
-    nodes = read_run(store, result.run_id) if store is not None else {}
+    nodes = read_run_artifacts(store, result.run_id) if store is not None else {}
     target = Path(result.run_dir) / REPORT_FILE
     partial = target.with_name(REPORT_FILE + ".partial")
     partial.write_text(render_report(result, paths, nodes), encoding="utf-8")
