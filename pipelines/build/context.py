@@ -71,12 +71,26 @@ def code_version() -> str:
     return source_digest(("components",), (".py",))[:16]
 
 
-def use_arrow_reader(spec: PipelineSpec, input_dir: Path) -> bool:
-    """`data.reader` resolved: `auto` streams with Arrow for big inputs or skipped rows."""
+def use_arrow_reader(spec: PipelineSpec, input_dir: Path, span: int | None) -> bool:
+    """`data.reader` resolved: `auto` streams with Arrow for big inputs or skipped rows.
+
+    The input sized is what ExampleGen reads: the files of `span` for a spec with spans (the
+    latest span on disk when `span` is None, as ExampleGen then takes the latest), else every
+    file directly in `input_dir`.
+    """
     data = spec.data
     if data.reader is not CsvReader.AUTO:
         return data.reader is CsvReader.ARROW
     if data.bad_rows is BadRows.SKIP:
         return True
-    size = sum(p.stat().st_size for p in input_dir.glob("*") if p.is_file())
+    if data.span_pattern is None:
+        files = [p for p in input_dir.glob("*") if p.is_file()]
+    else:
+        from pipelines.build.spans import available_spans, span_files
+
+        if span is None:
+            on_disk = available_spans(spec, input_dir)
+            span = on_disk[-1] if on_disk else None
+        files = span_files(spec, input_dir, span) if span is not None else []
+    size = sum(p.stat().st_size for p in files)
     return size > data.arrow_above_megabytes * (1 << 20)

@@ -1,6 +1,7 @@
 """The unchanged-run check sees every change that matters and nothing else."""
 
 import os
+import shutil
 
 import pytest
 
@@ -47,3 +48,144 @@ def test_a_removed_served_version_is_a_change(paths):
 def test_a_lost_metadata_store_is_a_change(paths):
     paths.metadata_path.unlink()
     assert fingerprint.unchanged_since(paths) is None
+
+
+def test_a_same_size_rewrite_with_its_old_mtime_is_a_change(paths):
+    csv = paths.input_dir / "penguins.csv"
+    before = csv.stat()
+    csv.write_text("species\nGentoo\n")  # as long as "Adelie"
+    os.utime(csv, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert csv.stat().st_size == before.st_size
+    assert csv.stat().st_mtime_ns == before.st_mtime_ns
+    assert fingerprint.unchanged_since(paths) is None
+
+
+def test_a_touched_input_with_the_same_bytes_is_no_change(paths):
+    os.utime(paths.input_dir / "penguins.csv", ns=(10**18, 10**18))
+    assert fingerprint.unchanged_since(paths)["run_id"] == "penguin-1"
+
+
+# The taxi nightly layout: `{YYYY}-{MM}-{DD}/*.csv`, a 3-span window, drift measured.
+NIGHTS = {"2026-11-25": 20782, "2026-11-26": 20783, "2026-11-27": 20784, "2026-11-28": 20785}
+TONIGHT = 20785
+
+
+def taxi_paths(workdir, overrides=()):
+    spec = load_spec("taxi", env="ci", overrides=list(overrides)).spec
+    return RunPaths(workdir=workdir, spec=spec)
+
+
+def recorded_night(workdir, overrides=(), nights=NIGHTS):
+    """Writes the nights' CSVs, one served version, and a pushed record for tonight."""
+    paths = taxi_paths(workdir, overrides)
+    for night in nights:
+        (paths.input_dir / night).mkdir(parents=True)
+        (paths.input_dir / night / "taxi.csv").write_text(f"fare,company\n1.5,{night}\n")
+    (paths.serving_dir / "1").mkdir(parents=True)
+    paths.metadata_path.write_bytes(b"")
+    fingerprint.record_outcome(
+        paths, "taxi-1", "pushed", fingerprint.compute(paths, TONIGHT), TONIGHT
+    )
+    assert fingerprint.unchanged_since(paths, TONIGHT)["run_id"] == "taxi-1"
+    return paths
+
+
+def rewrite_keeping_size_and_mtime(csv):
+    before = csv.stat()
+    text = csv.read_text()
+    csv.write_text(text.replace("1.5", "9.5"))
+    os.utime(csv, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert csv.stat().st_size == before.st_size
+
+
+def test_a_spanned_night_reads_its_window_and_drift_reference(tmp_path):
+    paths = recorded_night(tmp_path)
+    read = {str(p.relative_to(paths.input_dir)) for p in fingerprint.input_files(paths, TONIGHT)}
+    # Tonight and the two nights before it (window_spans: 3); 2026-11-25 is outside the window
+    # and the drift reference is the newest earlier night, already in it.
+    assert read == {f"{night}/taxi.csv" for night in ("2026-11-26", "2026-11-27", "2026-11-28")}
+
+
+def test_an_earlier_window_span_changing_is_a_change(tmp_path):
+    # No drift: only the window reads the night two before tonight.
+    paths = recorded_night(tmp_path, ["data.drift={}"])
+    rewrite_keeping_size_and_mtime(paths.input_dir / "2026-11-26" / "taxi.csv")
+    assert fingerprint.unchanged_since(paths, TONIGHT) is None
+
+
+def test_a_span_outside_the_window_changing_is_no_change(tmp_path):
+    paths = recorded_night(tmp_path)
+    rewrite_keeping_size_and_mtime(paths.input_dir / "2026-11-25" / "taxi.csv")
+    assert fingerprint.unchanged_since(paths, TONIGHT)["run_id"] == "taxi-1"
+
+
+def test_the_drift_reference_changing_is_a_change(tmp_path):
+    # No window, and the night before tonight missing: drift is measured from 2026-11-26.
+    nights = {night: span for night, span in NIGHTS.items() if night != "2026-11-27"}
+    paths = recorded_night(tmp_path, ["data.window_spans=1"], nights=nights)
+    assert fingerprint.window_spans(paths, TONIGHT) == [20783]
+    rewrite_keeping_size_and_mtime(paths.input_dir / "2026-11-26" / "taxi.csv")
+    assert fingerprint.unchanged_since(paths, TONIGHT) is None
+
+
+def test_without_drift_or_window_earlier_spans_are_not_read(tmp_path):
+    paths = recorded_night(tmp_path, ["data.window_spans=1", "data.drift={}"])
+    rewrite_keeping_size_and_mtime(paths.input_dir / "2026-11-27" / "taxi.csv")
+    assert fingerprint.unchanged_since(paths, TONIGHT)["run_id"] == "taxi-1"
+
+
+SKEW = ["data.skew={fare: 0.2}", "data.serving_data_dir=serving_logs"]
+
+
+@pytest.mark.parametrize("change", ["rewrite", "new file"])
+def test_the_serving_logs_changing_is_a_change(tmp_path, change):
+    logs = tmp_path / "serving_logs"
+    logs.mkdir()
+    (logs / "requests-1.csv").write_text("fare,company\n1.5,a\n")
+    paths = recorded_night(tmp_path, SKEW)
+    if change == "rewrite":
+        rewrite_keeping_size_and_mtime(logs / "requests-1.csv")
+    else:
+        (logs / "requests-2.csv").write_text("fare,company\n2.5,b\n")
+    assert fingerprint.unchanged_since(paths, TONIGHT) is None
+
+
+def test_serving_logs_are_not_read_without_skew(tmp_path):
+    logs = tmp_path / "serving_logs"
+    logs.mkdir()
+    (logs / "requests-1.csv").write_text("fare,company\n1.5,a\n")
+    paths = recorded_night(tmp_path, ["data.serving_data_dir=serving_logs"])
+    (logs / "requests-2.csv").write_text("fare,company\n2.5,b\n")
+    assert fingerprint.unchanged_since(paths, TONIGHT)["run_id"] == "taxi-1"
+
+
+def test_a_deleted_serving_folder_makes_a_night_stale(tmp_path):
+    paths = recorded_night(tmp_path)
+    shutil.rmtree(tmp_path / paths.spec.push.base_dir)
+    assert fingerprint.unchanged_since(paths, TONIGHT) is None
+
+
+def test_a_rolled_back_version_makes_a_night_stale(tmp_path):
+    paths = recorded_night(tmp_path)
+    (paths.serving_dir / "2").mkdir()
+    fingerprint.record_outcome(
+        paths, "taxi-2", "pushed", fingerprint.compute(paths, TONIGHT), TONIGHT
+    )
+    (paths.serving_dir / "2").rmdir()  # version 1 is served again
+    assert fingerprint.unchanged_since(paths, TONIGHT) is None
+
+
+def test_later_nights_pushes_and_retention_keep_a_night_done(tmp_path):
+    paths = recorded_night(tmp_path)
+    (paths.serving_dir / "2").mkdir()
+    (paths.serving_dir / "1").rmdir()  # a later night pushed 2; retention removed 1
+    assert fingerprint.unchanged_since(paths, TONIGHT)["run_id"] == "taxi-1"
+
+
+def test_a_blocked_night_does_not_depend_on_serving(tmp_path):
+    paths = recorded_night(tmp_path)
+    fingerprint.record_outcome(
+        paths, "taxi-2", "blocked", fingerprint.compute(paths, TONIGHT), TONIGHT
+    )
+    shutil.rmtree(paths.serving_dir)
+    assert fingerprint.unchanged_since(paths, TONIGHT)["run_id"] == "taxi-2"

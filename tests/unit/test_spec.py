@@ -188,7 +188,7 @@ def test_reader_auto_chooses_by_input_size(tmp_path, overrides, arrow):
     from pipelines.build.context import use_arrow_reader
 
     (tmp_path / "data.csv").write_text("a,b\n1,2\n")
-    assert use_arrow_reader(load_spec("taxi", overrides=overrides).spec, tmp_path) is arrow
+    assert use_arrow_reader(load_spec("penguin", overrides=overrides).spec, tmp_path, None) is arrow
 
 
 @pytest.mark.parametrize(("name", "key"), [("penguin", None), ("taxi", "trip_start_timestamp")])

@@ -36,7 +36,7 @@ def build(ctx: BuildContext, node_id: str) -> None:
                     start_span_number=span, end_span_number=span
                 )
             )
-    if use_arrow_reader(ctx.spec, ctx.paths.input_dir):
+    if use_arrow_reader(ctx.spec, ctx.paths.input_dir, ctx.span):
         from components.arrow_example_gen.component import ArrowCsvExampleGen
 
         node = ArrowCsvExampleGen(
