@@ -1,10 +1,11 @@
 """Benchmark: Conveyor's data path beside raw TFX's, on the same taxi-like rows, at several sizes.
 
 The data path is ExampleGen, StatisticsGen, SchemaGen and ExampleValidator over one CSV. For each
-size the CSV is generated once (bench/make_taxi_rows.py, seed 0) and both tools read that file:
+size the CSV is generated once (pipelines/datasets/taxi.py, seed 0) and both tools read that file:
 
-- the reference, `raw_tfx_datapath.py` in the shared folder beside the repository (see
-  --raw-script): TFX's CsvExampleGen and friends with one Beam worker, as TFX users run it;
+- the reference, bench/reference/raw_tfx_datapath.py (--raw-script runs another copy, e.g. the
+  shared original it was taken from; see bench/README.md): TFX's CsvExampleGen and friends with
+  one Beam worker, as TFX users run it;
 - `conveyor run taxi --env large --force` in a fresh workdir (the `large` profile: the Arrow
   reader and its Parquet copy, Beam in one process), with CONVEYOR_SETTINGS as `--set`
   overrides (only the four data components; --conveyor-set changes them).
@@ -52,7 +53,7 @@ from measure import (
 )
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_RAW_SCRIPT = REPO_ROOT.parent / "shared/bench/raw_tfx_datapath.py"
+DEFAULT_RAW_SCRIPT = REPO_ROOT / "bench/reference/raw_tfx_datapath.py"
 VENV_PYTHON = REPO_ROOT / ".venv/bin/python"
 CONVEYOR = REPO_ROOT / ".venv/bin/conveyor"
 
@@ -224,7 +225,8 @@ def ensure_input(rows: int, out_root: Path) -> tuple[Path, float | None]:
     csv_path = data_dir / CSV_NAME
     if csv_path.is_file() and count_rows(csv_path) == rows:
         return data_dir, None
-    # Imported here: only generating needs pandas, and bench/ is on sys.path as the script's dir.
+    # Imported here: only generating needs pandas (the venv has the project installed, so
+    # `pipelines` imports from any folder).
     from pipelines.datasets.taxi import write_rows
 
     if data_dir.exists():
@@ -573,7 +575,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--raw-script",
         type=Path,
         default=DEFAULT_RAW_SCRIPT,
-        help=f"the raw-TFX reference (default: {DEFAULT_RAW_SCRIPT})",
+        help="the raw-TFX reference to run (default: Conveyor's copy, "
+        f"{DEFAULT_RAW_SCRIPT.relative_to(REPO_ROOT)}; the shared original it was taken from "
+        "is ../shared/bench/raw_tfx_datapath.py)",
     )
     parser.add_argument(
         "--sizes-only-conveyor",

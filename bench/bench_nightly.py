@@ -1,13 +1,13 @@
 """Benchmark: what one normal night of the taxi pipeline costs at 100,000 and 1,000,000 rows.
 
 For each size a fresh working directory gets two nights of that many rows
-(bench/make_taxi_nights.py, normal data). Night one is the first run (no baseline, nothing to
-measure drift from) and is not reported; night two is the steady state every later night looks
-like: drift measured against night one, warm start from the served model, the candidate
-evaluated against it, and pushed if not worse. Night two runs as its own `conveyor run taxi
---date ...` process under GNU time (/usr/bin/time, Debian package `time`): wall time and peak
-memory of the whole process, and each component's seconds from the run's summary.json. The
-ratio of the two sizes says how a night's cost grows with its data.
+(pipelines/datasets/taxi_nights.py, normal data). Night one is the first run (no baseline, nothing
+to measure drift from) and is not reported; night two is the steady state every later night looks
+like: drift measured against night one, warm start from the served model, the candidate evaluated
+against it, and pushed if not worse. Night two runs as its own `conveyor run taxi --date ...`
+process under GNU time (/usr/bin/time, Debian package `time`): wall time and peak memory of the
+whole process, and each component's seconds from the run's summary.json. The ratio of the two sizes
+says how a night's cost grows with its data.
 
     .venv/bin/python bench/bench_nightly.py [--rows 100000 1000000] [--env large]
         [--json PATH] [--out-dir DIR] [--keep]
@@ -24,9 +24,9 @@ import json
 import sys
 from pathlib import Path
 
+# bench/ is first on sys.path when this runs as `python bench/bench_nightly.py`.
 from measure import BenchError, log_tail, run_benchmark, run_with_gnu_time, subprocess_env
 
-# bench/ is first on sys.path when this runs as `python bench/bench_nightly.py`.
 from pipelines.datasets.taxi_nights import write_night
 
 REPO_ROOT = Path(__file__).resolve().parents[1]

@@ -1,4 +1,4 @@
-"""Writes N taxi-like rows, in the column layout `conveyor data taxi` writes, for data-path tests.
+"""Writes N taxi-like rows in the layout `conveyor data taxi` writes, for tests and benchmarks.
 
 The rows are drawn from the taxi sample that ships in the tfx package (15,002 rows), prepared
 exactly as the taxi spec's `data.prepare` recipe says (the same derived `big_tipper` 0/1 label,
@@ -7,7 +7,7 @@ sample row whose fare, trip_miles and trip_seconds are jittered by a few percent
 the source, so the output is not just N / 15,002 copies of the sample. Missing values stay
 missing; whole numbers stay whole.
 
-    .venv/bin/python bench/make_taxi_rows.py N OUT_CSV [--seed 0]
+    .venv/bin/python -m pipelines.datasets.taxi N OUT_CSV [--seed 0]
 
 The output is a function of N and the seed only: the same bytes on every run. Rows are written a
 chunk at a time, so memory does not grow with N. Chunk k is drawn from its own seeded random
@@ -120,7 +120,9 @@ def write_rows(n: int, path: str | Path, seed: int = 0) -> Path:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m pipelines.datasets.taxi", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("n", type=int, metavar="N", help="number of data rows")
     parser.add_argument("out_csv", type=Path, metavar="OUT_CSV", help="the CSV to write")
     parser.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")

@@ -1,14 +1,14 @@
 """Writes nightly taxi-like spans, including the bad nights a production pipeline must survive.
 
-Each night is `make_taxi_rows.write_rows(rows, seed=night number)` (rows drawn from the taxi
-sample the tfx package ships), optionally changed the way real nights go wrong:
+Each night is `pipelines.datasets.taxi.write_rows(rows, seed=night number)` (rows drawn from the
+taxi sample the tfx package ships), optionally changed the way real nights go wrong:
 
 - `drift`: every fare is in cents (a unit change upstream);
 - `shuffled_labels`: the `big_tipper` labels are permuted (a broken join): features look
   normal, so only the model gate can notice;
 - `missing_column`: the `payment_type` column is gone (an export dropped it).
 
-    .venv/bin/python bench/make_taxi_nights.py OUT_DIR [--first 2026-11-23] [--rows 2000]
+    .venv/bin/python -m pipelines.datasets.taxi_nights OUT_DIR [--first 2026-11-23] [--rows 2000]
 
 writes the simulated week (WEEK, six nights; the seventh night of the story re-runs night six)
 as `OUT_DIR/<YYYY-MM-DD>/taxi.csv`, the layout the taxi spec's `data.span_pattern` reads. The
@@ -66,10 +66,19 @@ def write_week(
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("out_dir", type=Path)
-    parser.add_argument("--first", type=datetime.date.fromisoformat, default="2026-11-23")
-    parser.add_argument("--rows", type=int, default=2000)
+    parser = argparse.ArgumentParser(
+        prog="python -m pipelines.datasets.taxi_nights", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument(
+        "out_dir", type=Path, metavar="OUT_DIR", help="where the <YYYY-MM-DD>/taxi.csv nights go"
+    )
+    parser.add_argument(
+        "--first",
+        type=datetime.date.fromisoformat,
+        default="2026-11-23",
+        help="the first night, YYYY-MM-DD (default: 2026-11-23)",
+    )
+    parser.add_argument("--rows", type=int, default=2000, help="rows per night (default: 2000)")
     args = parser.parse_args(argv)
     for night, change in write_week(args.out_dir, args.first, args.rows):
         print(f"{night.isoformat()}: {change or 'normal'}")

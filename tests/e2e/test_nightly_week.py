@@ -1,7 +1,7 @@
 """The simulated week: seven nights of the taxi pipeline, from generated dated spans.
 
-`bench/make_taxi_nights.py` writes six nights from the taxi sample (normal, normal, fares in
-cents, shuffled labels, payment_type missing, normal); `conveyor backfill` runs them in order
+`pipelines/datasets/taxi_nights.py` writes six nights from the taxi sample (normal, normal, fares
+in cents, shuffled labels, payment_type missing, normal); `conveyor backfill` runs them in order
 with alerts going to a webhook on 127.0.0.1; night seven runs night six again. Everything is
 real: TFX components, Beam, the SQLite ML Metadata store, the SavedModels in serving.
 """
