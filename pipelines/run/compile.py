@@ -1,9 +1,9 @@
 """`conveyor compile`: what Kubeflow Pipelines v2 / Vertex AI or Airflow runs, after the profile
 checks (`pipelines.spec.checks`) pass.
 
-The pipeline is always the one `pipelines.build.builder.build_pipeline` builds; `pipelines.runners.
+The pipeline is always the one `pipelines.build.builder.build_pipeline` builds; `pipelines.run.
 kubeflow` and `pipelines.run.airflow` add only orchestrator concerns. This module imports no
-TensorFlow or TFX: `conveyor validate` runs `check_profile` for every pipeline and profile.
+TensorFlow or TFX until it compiles.
 """
 
 from __future__ import annotations
