@@ -16,13 +16,14 @@ WORKDIR ?= $(CURDIR)/.conveyor
 export TF_CPP_MIN_LOG_LEVEL ?= 3
 export TF_USE_LEGACY_KERAS ?= 1
 
-.PHONY: help setup lock pipeline-local data test test-unit test-e2e lint bench bench-data bench-trainer \
-	bench-nightly gpu-check clean
+.PHONY: help setup lock pipeline-local data test test-unit test-e2e lint docs bench bench-data \
+	bench-trainer bench-nightly gpu-check clean
 
 help:
 	@echo "make pipeline-local  set up, prepare the penguin data and run it locally (pushes a model)"
 	@echo "make test            set up and run unit + end-to-end tests"
 	@echo "make lint            ruff over the code"
+	@echo "make docs            regenerate docs/spec-reference.md and docs/spec.schema.json"
 	@echo "make bench           Conveyor vs raw TFX penguin, side by side"
 	@echo "make bench-data      data path vs raw TFX at 150k and 1.5M taxi rows"
 	@echo "make bench-trainer   trainer examples/s: XLA, mirrored, multi-worker (taxi)"
@@ -68,6 +69,10 @@ test-e2e: setup
 lint: setup
 	$(BIN)/ruff check pipelines components tests bench
 	$(BIN)/ruff format --check pipelines components tests bench
+
+# The spec reference and JSON Schema are generated from pipelines/spec/ (models, components).
+docs: setup
+	$(BIN)/python -m pipelines.spec.reference
 
 bench: setup
 	$(BIN)/python bench/bench_penguin.py

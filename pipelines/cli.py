@@ -1,6 +1,6 @@
 """`conveyor`: validate, list, prepare data for, run and inspect pipelines.
 
-`--help`, `list`, `validate` and `runs` never import TensorFlow or TFX (about 20 s here); only
+`--help`, `list`, `validate` and `runs` never import TensorFlow or TFX (seconds of imports); only
 `run` and `data` pay for the libraries they use, and only when they are called.
 """
 
@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import os
+import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -17,6 +19,9 @@ from pipelines.outcome import EXIT_FAILED, Outcome, worst_exit_code
 from pipelines.spec import checks
 from pipelines.spec import loading as config
 from pipelines.spec.loading import SpecError
+
+# 128 + SIGPIPE: how a shell reports a command whose output pipe was closed.
+EXIT_BROKEN_PIPE = 141
 
 
 def _workdir(args: argparse.Namespace) -> Path:
@@ -92,7 +97,7 @@ def cmd_data(args: argparse.Namespace) -> int:
         if not spec.data.dated_spans:
             print(f"error: {spec.name}: `data` writes dated spans only", file=sys.stderr)
             return EXIT_FAILED
-        night = spans.parse_night(args.date or "yesterday")
+        night = spans.parse_night(args.date or "yesterday", zone=spec.schedule.timezone)
         filename = spec.data.prepare.filename if spec.data.prepare else "data.csv"
         target = spans.prepared_file(spec, paths.input_dir, spans.span_of_date(night), filename)
     try:
@@ -120,7 +125,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return EXIT_FAILED
-    night = spans.parse_night(args.date) if args.date else None
+    zone = loaded.spec.schedule.timezone  # "yesterday" where the cron line fires
+    night = spans.parse_night(args.date, zone=zone) if args.date else None
     try:
         planned = Run.plan(loaded, workdir, night, args.span)
     except SpanError as err:
@@ -130,7 +136,11 @@ def cmd_run(args: argparse.Namespace) -> int:
             if sent := nightly.alert_missing_night(loaded.spec, wanted, str(err)):
                 print(sent, file=sys.stderr)
         raise
-    outcome = nightly.run_night(planned, force=args.force)
+    try:
+        outcome = nightly.run_night(planned, force=args.force)
+    except nightly.PipelineBusy as err:  # another run holds the workdir: try again later
+        print(f"error: {err}", file=sys.stderr)
+        return err.exit_code
     prefix = "UNCHANGED" if outcome.unchanged else Outcome(outcome.outcome).verdict
     print(f"{prefix}: {outcome.message}")
     if outcome.run_dir:
@@ -143,9 +153,17 @@ def cmd_backfill(args: argparse.Namespace) -> int:
     from pipelines.ops import nightly
 
     loaded = _load(args, args.pipeline)
-    done = nightly.backfill(
-        loaded, _workdir(args), spans.parse_night(args.start), spans.parse_night(args.end)
-    )
+    try:
+        zone = loaded.spec.schedule.timezone
+        done = nightly.backfill(
+            loaded,
+            _workdir(args),
+            spans.parse_night(args.start, zone=zone),
+            spans.parse_night(args.end, zone=zone),
+        )
+    except nightly.PipelineBusy as err:  # another run holds the workdir: try again later
+        print(f"error: {err}", file=sys.stderr)
+        return err.exit_code
     print(f"{'night':<12} {'outcome':<11} {'ran?':<5} run record")
     for night, outcome in done:
         ran = "no" if outcome.unchanged else "yes"
@@ -164,16 +182,40 @@ def cmd_schedule(args: argparse.Namespace) -> int:
     except ValueError as err:
         print(f"error: --cron: {err.errors()[0]['msg']}", file=sys.stderr)  # type: ignore[attr-defined]
         return EXIT_FAILED
-    line = nightly.cron_line(loaded.spec.name, cron, args.env, _workdir(args))
-    if args.print:
-        print(line)
-        return 0
+    entry = nightly.cron_entry(
+        loaded.spec.name,
+        cron,
+        args.env,
+        _workdir(args),
+        timezone=loaded.spec.schedule.timezone,
+        overrides=args.set,
+    )
     try:
-        nightly.install_crontab(line, loaded.spec.name)
+        if args.print:
+            print(entry.render(), end="")
+            return 0
+        nightly.install_crontab(entry)
     except nightly.CrontabError as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_FAILED
-    print(f"installed in the crontab: {line}")
+    print(f"installed in the crontab:\n{entry.render()}", end="")
+    return 0
+
+
+def cmd_bless(args: argparse.Namespace) -> int:
+    import getpass
+
+    from pipelines.ops.bless import BlessError, bless
+    from pipelines.paths import RunPaths
+
+    loaded = _load(args, args.pipeline)
+    paths = RunPaths(workdir=_workdir(args), spec=loaded.spec)
+    try:
+        blessed = bless(paths, args.run, args.by or getpass.getuser(), args.reason)
+    except BlessError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_FAILED
+    print(f"PUSHED: version {blessed.version} to {blessed.target} (blessed run {args.run})")
     return 0
 
 
@@ -220,6 +262,14 @@ def cmd_report(args: argparse.Namespace) -> int:
     from pipelines.ops.report import find_report, recent_run_ids
     from pipelines.paths import REPORT_FILE, find_run_dirs, runs_root
 
+    # A run id is one folder's name: a path or a glob would reach other folders' files.
+    if not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.:+-]*", args.run_id) or ".." in args.run_id:
+        print(
+            f"error: {args.run_id!r} is not a run id (e.g. penguin-20261129T155717.645324Z): "
+            "no path separators, '..' or wildcards",
+            file=sys.stderr,
+        )
+        return EXIT_FAILED
     workdir = _workdir(args)
     report = find_report(workdir, args.run_id)
     if report is None:
@@ -364,6 +414,19 @@ def build_parser() -> argparse.ArgumentParser:
     common(p)
     p.set_defaults(func=cmd_schedule)
 
+    p = sub.add_parser(
+        "bless",
+        help="push a candidate held by evaluation.first_run: require_manual_bless",
+        description="Publishes the candidate a run held for review as the next served version "
+        "and records in ML Metadata who blessed it and why.",
+    )
+    p.add_argument("pipeline")
+    p.add_argument("--run", required=True, metavar="RUN_ID", help="the run whose candidate to push")
+    p.add_argument("--reason", required=True, help="why the candidate may be served (recorded)")
+    p.add_argument("--by", help="who blesses it (default: the user name)")
+    common(p)
+    p.set_defaults(func=cmd_bless)
+
     p = sub.add_parser("lineage", help="which spans, schema and code made each pushed version")
     p.add_argument("pipeline")
     p.add_argument("--version", help="one pushed version only")
@@ -401,10 +464,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
     try:
-        return args.func(args)
+        code = args.func(args)
+        sys.stdout.flush()  # a closed pipe shows here, where it can be caught, not at exit
+        return code
     except (SpecError, SpanError) as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_FAILED
+    except BrokenPipeError:
+        # The reader went away (`conveyor runs NAME | head`): what Python's documentation
+        # recommends (signal module, "Note on SIGPIPE"): point stdout at devnull so the flush at
+        # exit cannot fail again, and leave quietly with the status a shell gives SIGPIPE.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
 
 
 if __name__ == "__main__":

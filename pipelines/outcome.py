@@ -69,6 +69,10 @@ class Outcome(str, enum.Enum):
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_BLOCKED = 2  # a gate stopped the run: the data or the model was not good enough
+EXIT_BUSY = 75
+"""Another run of the same pipeline held the workdir's lock, so this one ran nothing: try again
+later. 75 is EX_TEMPFAIL in sysexits.h, the code schedulers and mail systems read as "retry";
+it is no outcome of a run (nothing ran), so no outcome maps to it and no record is written."""
 
 
 def worst_exit_code(codes) -> int:

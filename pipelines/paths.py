@@ -14,6 +14,7 @@ A working directory holds, per pipeline `NAME`:
     <workdir>/runs/NAME/latest_outcome.json     the last final outcome (unspanned pipelines)
     <workdir>/runs/NAME/nights/span-<n>.json    the last final outcome of each span
     <workdir>/runs/NAME/cron.log                what the crontab entry's runs print
+    <workdir>/runs/NAME/.lock, .lock.owner      the one run at a time, and who it is
     <workdir>/compiled/{kubeflow,airflow}/      what `conveyor compile` writes
 """
 
@@ -42,6 +43,7 @@ REPORT_FILE = "report.html"
 LATEST_OUTCOME = "latest_outcome.json"
 NIGHTS_DIR = "nights"
 CRON_LOG = "cron.log"
+RUN_LOCK = ".lock"  # and RUN_LOCK + ".owner": who holds it
 DEFAULT_WORKDIR = ".conveyor"
 
 
@@ -111,6 +113,11 @@ class RunPaths:
     @property
     def cron_log(self) -> Path:
         return self.runs_dir / CRON_LOG
+
+    @property
+    def lock_file(self) -> Path:
+        """Held by the one run (or backfill) of this pipeline under this workdir at a time."""
+        return self.runs_dir / RUN_LOCK
 
     def compiled_output(self, target: str) -> Path:
         """The default file `conveyor compile` writes for `target` (kubeflow or airflow)."""

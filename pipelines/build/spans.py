@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime
 import glob
 import re
+import zoneinfo
 from pathlib import Path
 
 from pipelines.spec.models import PipelineSpec
@@ -47,9 +48,21 @@ def date_of_span(span: int) -> datetime.date:
     return EPOCH + datetime.timedelta(days=span)
 
 
-def parse_night(text: str, today: datetime.date | None = None) -> datetime.date:
-    """`YYYY-MM-DD`, `today` or `yesterday` (UTC): the forms `--date` takes."""
-    today = today or datetime.datetime.now(datetime.timezone.utc).date()
+def parse_night(
+    text: str,
+    today: datetime.date | None = None,
+    zone: str = "UTC",
+    now: datetime.datetime | None = None,
+) -> datetime.date:
+    """`YYYY-MM-DD`, `today` or `yesterday`: the forms `--date` takes.
+
+    `today` and `yesterday` are the dates in `zone` (the spec's `schedule.timezone`), where the
+    cron line fires: at 00:30 in Berlin (UTC+1) the UTC date is still the day before. `now` (an
+    aware datetime, default the current time) and `today` are for tests.
+    """
+    if today is None:
+        moment = now or datetime.datetime.now(datetime.timezone.utc)
+        today = moment.astimezone(zoneinfo.ZoneInfo(zone)).date()
     if text == "today":
         return today
     if text == "yesterday":

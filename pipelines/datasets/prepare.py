@@ -10,6 +10,7 @@ import filecmp
 import importlib.util
 from pathlib import Path
 
+from pipelines.spec import expressions
 from pipelines.spec.models import PipelineSpec
 
 
@@ -49,10 +50,11 @@ def prepare(spec: PipelineSpec, input_dir: Path, target: Path | None = None) -> 
         frame = frame.head(recipe.rows)
     for column, expression in recipe.derive.items():
         try:
-            derived = frame.eval(expression)
-        except Exception as err:  # pandas raises many kinds for a bad expression
+            # Not DataFrame.eval: it resolves attributes and `@` locals, so a spec could run code.
+            derived = expressions.evaluate(expression, frame)
+        except expressions.ExpressionError as err:
             raise DataPreparationError(
-                f"data.prepare.derive.{column}: cannot evaluate {expression!r} over {source}: {err}"
+                f"data.prepare.derive.{column}: {err} (over {source})"
             ) from None
         frame[column] = derived.astype(int) if derived.dtype == bool else derived
     if recipe.columns:

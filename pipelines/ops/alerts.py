@@ -1,9 +1,10 @@
 """A webhook alert when a night is blocked or fails.
 
-The URL is a secret-ish deployment detail, so the spec names only the environment variable that
-holds it (`runtime.alert_webhook_env`); with the variable unset or empty nothing is sent. An
-alert that cannot be delivered is reported to the caller, never raised: the run's own outcome
-and exit code must not depend on a chat service being up.
+The URL is a secret (a chat webhook's URL is its credential), so the spec names only the
+environment variable that holds it (`runtime.alert_webhook_env`); with the variable unset or
+empty nothing is sent, and no message ever shows the URL, only the variable's name. An alert that
+cannot be delivered is reported to the caller, never raised: the run's own outcome and exit code
+must not depend on a chat service being up, nor on the URL being well formed.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import urllib.error
+import urllib.parse
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -55,19 +57,26 @@ def send_alert(spec: PipelineSpec, result: Any, timeout: float = TIMEOUT_SECONDS
     url = os.environ.get(variable, "").strip() if variable else ""
     if not url:
         return None
-    body = json.dumps(alert_payload(result), default=str).encode()
-    request = urllib.request.Request(
-        url,
-        data=body,
-        method="POST",
-        headers={"Content-Type": "application/json", "User-Agent": "conveyor-alert"},
-    )
     try:
+        # Only http(s): urllib would also "POST" to file:// and ftp:// URLs.
+        if urllib.parse.urlsplit(url).scheme.lower() not in ("http", "https"):
+            return (
+                f"alert not delivered: the webhook in ${variable} is not an http(s) URL "
+                "(it needs the scheme, e.g. https://)"
+            )
+        body = json.dumps(alert_payload(result), default=str).encode()
+        request = urllib.request.Request(
+            url,
+            data=body,
+            method="POST",
+            headers={"Content-Type": "application/json", "User-Agent": "conveyor-alert"},
+        )
         with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310
             status = response.status
     except urllib.error.HTTPError as err:
         return f"alert not delivered: the webhook in ${variable} answered HTTP {err.code}"
     except (urllib.error.URLError, OSError, ValueError) as err:
-        reason = getattr(err, "reason", err)
+        # Some reasons quote the URL (urllib's "unknown url type: ..."): never show it.
+        reason = str(getattr(err, "reason", err)).replace(url, "***")
         return f"alert not delivered to the webhook in ${variable}: {reason}"
     return f"alert sent ({result.outcome}) to the webhook in ${variable}: HTTP {status}"

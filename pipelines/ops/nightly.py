@@ -1,30 +1,49 @@
 """The nightly loop around the local runner: one night, a backfill of nights, the crontab entry.
 
 A night is one span of the spec's `data.span_pattern`. Running a night first compares its
-fingerprint (spec, code, lock, schema and that span's files) with the last final outcome
+fingerprint (spec, code, lock, schema, and the bytes of every input file it reads: the span's,
+the window's earlier spans, the drift reference, the serving logs) with the last final outcome
 recorded for the span, so a night already done answers at once without importing TFX; only a
 changed or failed night goes through the pipeline (where unchanged components are cache hits).
+
+One run of a pipeline at a time per workdir: a run, a night (its unchanged check included) and a
+whole backfill hold `<workdir>/runs/<pipeline>/.lock`, so two runs cannot pick the same served
+version or interleave fingerprints and checkpoints. What a second run does meanwhile is
+`runtime.concurrency`'s: wait, or refuse with exit 75.
+
+Around each run, under that lock: `serving_state.reconcile` first puts serving back in step with
+ML Metadata (a run killed mid-push), and after the run `finish` retires old versions, writes the
+report, alerts and records the outcome.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime
+import json
+import os
 import shlex
 import shutil
+import socket
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+from filelock import FileLock, Timeout
 
 from pipelines.build import spans
 from pipelines.ops import fingerprint
-from pipelines.outcome import Outcome, RunResult
+from pipelines.outcome import EXIT_BUSY, Outcome, RunResult
 from pipelines.paths import CRON_LOG, PROJECT_ROOT, RunPaths, runs_root
 from pipelines.run.plan import Run
 from pipelines.spec.loading import LoadedSpec
+from pipelines.spec.models import WhenBusy
 
-CRON_MARKER = "# conveyor:"  # ends every crontab line Conveyor installs: `# conveyor:<pipeline>`
+if TYPE_CHECKING:
+    from crontab import CronTab
 
 
 @dataclass
@@ -40,17 +59,139 @@ class NightOutcome:
         return Outcome(self.outcome).exit_code
 
 
+class PipelineBusy(RuntimeError):
+    """Another run of the pipeline holds its lock under this workdir, so nothing was run. The
+    message names the holder and the `runtime.concurrency` key that decides what happens."""
+
+    exit_code = EXIT_BUSY
+
+
+def owner_file(lock_file: Path) -> Path:
+    """The sidecar in which the lock's holder says who it is (pid, host, start, command)."""
+    return lock_file.with_name(lock_file.name + ".owner")
+
+
+def lock_holder(lock_file: Path) -> str:
+    """Who holds `lock_file`, as its owner file tells it, for 'waiting for ...' and errors."""
+    try:
+        owner = json.loads(owner_file(lock_file).read_text())
+        return (
+            f"{owner['what']} (pid {owner['pid']} on {owner['host']}, started "
+            f"{owner['started']}: `{owner['command']}`)"
+        )
+    except (OSError, ValueError, KeyError, TypeError):
+        # The holder has just taken the lock and not yet written its owner file.
+        return f"another run (no owner recorded in {owner_file(lock_file).name} yet)"
+
+
+def _write_owner(lock_file: Path, what: str) -> None:
+    owner = {
+        "what": what,
+        "pid": os.getpid(),
+        "host": socket.gethostname(),
+        "started": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC"),
+        "command": shlex.join([Path(sys.argv[0]).name, *sys.argv[1:]]),
+    }
+    target = owner_file(lock_file)
+    partial = target.with_name(target.name + ".partial")
+    fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as out:
+        json.dump(owner, out)
+    partial.replace(target)
+
+
+def _busy_message(paths: RunPaths, holder: str, waited: int | None) -> str:
+    concurrency = paths.spec.runtime.concurrency
+    key = "runtime.concurrency"
+    if waited is None:
+        advice = (
+            f"{key}.when_busy is 'refuse'; with 'wait' (--set {key}.when_busy=wait) a run waits "
+            f"up to {key}.wait_seconds for the lock instead."
+        )
+    else:
+        advice = (
+            f"{key}.wait_seconds ({concurrency.wait_seconds}) is how long a run waits; raise it "
+            f"(--set {key}.wait_seconds=N) to wait longer."
+        )
+    return (
+        f"{paths.spec.name} is busy: {holder} holds {paths.lock_file}"
+        + (f", still after {waited} s of waiting" if waited is not None else "")
+        + f". Nothing was run; try again when it ends (exit {EXIT_BUSY}). {advice}"
+    )
+
+
+@contextlib.contextmanager
+def pipeline_lock(paths: RunPaths, what: str, echo: Callable[[str], None] = print):
+    """Holds the pipeline's lock under the workdir for the block (one run at a time).
+
+    Re-entrant within a process: a backfill holds it, and each of its nights takes it again at no
+    cost. A busy lock is waited for or refused as `runtime.concurrency` says. The operating
+    system releases it when its holder exits, killed or not.
+
+    Args:
+      paths: the pipeline's paths (its spec's `runtime.concurrency` applies).
+      what: what the holder is doing, for the others' messages ("taxi's run of 2026-11-28").
+      echo: where the one 'waiting for ...' line goes.
+
+    Raises:
+      PipelineBusy: the lock was busy and `when_busy` is refuse, or the wait timed out.
+    """
+    lock_file = paths.lock_file
+    # One lock object per path in the process (filelock's singleton): its count makes it
+    # re-entrant, where a second object would wait on the first (flock is per open file).
+    lock = FileLock(lock_file, mode=0o600, is_singleton=True)
+    if lock.is_locked:
+        with lock:
+            yield
+        return
+    concurrency = paths.spec.runtime.concurrency
+    lock_file.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        if concurrency.when_busy is WhenBusy.REFUSE:
+            raise PipelineBusy(_busy_message(paths, lock_holder(lock_file), None)) from None
+        echo(f"waiting for {lock_holder(lock_file)} to finish; lock {lock_file}")
+        try:
+            lock.acquire(timeout=concurrency.wait_seconds)
+        except Timeout:
+            message = _busy_message(paths, lock_holder(lock_file), concurrency.wait_seconds)
+            raise PipelineBusy(message) from None
+    try:
+        _write_owner(lock_file, what)
+        yield
+    finally:
+        # Removed while still held: once released, the next holder writes its own.
+        owner_file(lock_file).unlink(missing_ok=True)
+        lock.release()
+
+
+def _run_of(planned: Run) -> str:
+    return f"{planned.spec.name}'s run of {spans.describe(planned.spec, planned.span)}"
+
+
 def run_night(
     planned: Run,
     force: bool = False,
     echo: Callable[[str], None] = print,
 ) -> NightOutcome:
     """Runs one planned span (None: a spec without spans) unless it is already done and
-    unchanged since its last final outcome."""
+    unchanged since its last final outcome.
+
+    Raises:
+      PipelineBusy: another run of the pipeline holds the workdir's lock (see pipeline_lock).
+    """
+    # The unchanged check is under the lock too: two runs that both found the night changed
+    # would both run it.
+    with pipeline_lock(planned.paths, _run_of(planned), echo):
+        return _run_night_locked(planned, force, echo)
+
+
+def _run_night_locked(planned: Run, force: bool, echo: Callable[[str], None]) -> NightOutcome:
     paths, span = planned.paths, planned.span
     previous = None if force else fingerprint.unchanged_since(paths, span)
     if previous is not None:
-        served = previous["served_versions"]
+        served = fingerprint.served_versions(paths)  # now, not when the record was written
         serving = f"version {served[-1]}" if served else "nothing"
         outcome = Outcome(previous["outcome"])
         what = outcome.past_tense
@@ -76,23 +217,34 @@ def run(
     """Runs the spec's pipeline locally under `workdir`, whether or not anything changed.
 
     For a spec with spans, `night` or `span` picks the span (default: the latest with data);
-    spans.SpanError says when it has no data. Never raises for a failed component: the result
-    says what failed.
+    spans.SpanError says when it has no data, PipelineBusy when another run of the pipeline
+    holds the workdir's lock. Never raises for a failed component: the result says what failed.
     """
     return run_planned(Run.plan(loaded, workdir, night, span), echo)
 
 
 def run_planned(planned: Run, echo: Callable[[str], None] = print) -> RunResult:
-    """One local run of a planned span, with what follows it (report, alert, outcome record)."""
-    from pipelines.ops.finish import finish
-    from pipelines.run import local
+    """One local run of a planned span, with what follows it (report, alert, outcome record).
 
-    # Taken before the run: an input file that changes while it runs must not be recorded as
-    # the input this run consumed.
-    inputs_fingerprint = fingerprint.compute(planned.paths, planned.span)
-    result = local.execute(planned, echo=echo)
-    finish(planned, result, inputs_fingerprint, echo)
-    return result
+    Raises:
+      PipelineBusy: another run of the pipeline holds the workdir's lock (see pipeline_lock).
+    """
+    # Taken before TFX is imported: a refused run answers in a fraction of a second.
+    with pipeline_lock(planned.paths, _run_of(planned), echo):
+        from components.failpoints import failpoint
+        from pipelines.ops import serving_state
+        from pipelines.ops.finish import finish
+        from pipelines.run import local
+
+        # A run killed mid-push left serving ahead of ML Metadata: put them in step first.
+        serving_state.reconcile(planned.paths, echo)
+        # Taken before the run: an input file that changes while it runs must not be recorded
+        # as the input this run consumed.
+        inputs_fingerprint = fingerprint.compute(planned.paths, planned.span)
+        result = local.execute(planned, echo=echo)
+        failpoint("run:before_finish")
+        finish(planned, result, inputs_fingerprint, echo)
+        return result
 
 
 def alert_missing_night(spec, span: int, message: str) -> str | None:
@@ -127,7 +279,11 @@ def backfill(
     """Runs the nights from `start` to `end` in order, skipping those already done.
 
     A blocked night is done (its data was judged); a failed night, or one with no data, stops
-    the backfill: the nights after it would train on a window with a hole in it.
+    the backfill: the nights after it would train on a window with a hole in it. The
+    pipeline's lock is held for the whole backfill: no scheduled night runs in between.
+
+    Raises:
+      PipelineBusy: another run of the pipeline holds the workdir's lock (see pipeline_lock).
     """
     spec = loaded.spec
     if not spec.data.dated_spans:
@@ -135,8 +291,21 @@ def backfill(
             f"{spec.name}: backfill needs dated spans ({{YYYY}}{{MM}}{{DD}} in data.span_pattern)"
         )
     paths = RunPaths(workdir=Path(workdir).resolve(), spec=spec)
+    nights = nights_between(start, end)
+    what = f"{spec.name}'s backfill of {start.isoformat()} to {end.isoformat()}"
+    with pipeline_lock(paths, what, echo):
+        return _backfill_locked(loaded, paths, nights, echo)
+
+
+def _backfill_locked(
+    loaded: LoadedSpec,
+    paths: RunPaths,
+    nights: list[datetime.date],
+    echo: Callable[[str], None],
+) -> list[tuple[datetime.date, NightOutcome]]:
+    spec = loaded.spec
     done: list[tuple[datetime.date, NightOutcome]] = []
-    for night in nights_between(start, end):
+    for night in nights:
         span = spans.span_of_date(night)
         if not spans.span_files(spec, paths.input_dir, span):
             outcome = NightOutcome(
@@ -163,47 +332,112 @@ def backfill(
     return done
 
 
-def cron_line(
+class CrontabError(RuntimeError):
+    """The local crontab could not be read or written, or cannot hold the entry."""
+
+
+@dataclass(frozen=True)
+class CronEntry:
+    """Conveyor's crontab entry for one pipeline: when, in which time zone, and what it runs.
+
+    The line is preceded by `CRON_TZ=<zone>`, which cronie (Fedora, RHEL) and other Vixie-cron
+    descendants read as the zone of the lines after it; a cron that ignores it (Debian's) fires
+    in the system's zone, and the command still computes "yesterday" in the spec's zone. Like
+    any crontab variable, it also applies to lines added below it later.
+    """
+
+    pipeline: str
+    cron: str
+    command: str
+    timezone: str = "UTC"
+
+    @property
+    def comment(self) -> str:
+        """What identifies the entry in a crontab: `# conveyor:<pipeline>` ends its line."""
+        return f"conveyor:{self.pipeline}"
+
+    def add_to(self, table: CronTab) -> None:
+        """Appends the entry to a python-crontab `CronTab` (which escapes `%` for cron)."""
+        job = table.new(command=self.command, comment=self.comment)
+        try:
+            job.setall(self.cron)
+        except (ValueError, KeyError) as err:
+            raise CrontabError(f"python-crontab cannot write cron {self.cron!r}: {err}") from None
+        job.env["CRON_TZ"] = self.timezone
+
+    def render(self) -> str:
+        """The entry as crontab text: the `CRON_TZ` line, then the job line."""
+        from crontab import CronTab
+
+        table = CronTab()
+        self.add_to(table)
+        return table.render()
+
+
+def cron_entry(
     spec_name: str,
     cron: str,
     env: str | None,
     workdir: Path,
+    timezone: str = "UTC",
+    overrides: Sequence[str] = (),
     conveyor: str | None = None,
-) -> str:
-    """The crontab line that runs last night's span of `spec_name` at `cron`, logging to a
-    file under the workdir. `%` is escaped: cron would read it as a newline."""
+) -> CronEntry:
+    """The entry that runs last night's span of `spec_name` at `cron` in `timezone`, logging to a
+    file under the workdir. The `--set` overrides travel with it, so the nightly run loads the
+    spec that was scheduled (its time zone included)."""
     executable = conveyor or str(Path(sys.executable).with_name("conveyor"))
     command = [executable, "run", spec_name, "--date", "yesterday", "--workdir", str(workdir)]
     if env:
         command += ["--env", env]
+    for override in overrides:
+        command += ["--set", override]
     log = runs_root(workdir) / spec_name / CRON_LOG
     shell = (
         f"cd {shlex.quote(str(PROJECT_ROOT))} && mkdir -p {shlex.quote(str(log.parent))} && "
         f"{shlex.join(command)} >> {shlex.quote(str(log))} 2>&1"
     )
-    return f"{cron} {shell.replace('%', chr(92) + '%')} {CRON_MARKER}{spec_name}"
+    return CronEntry(spec_name, cron, shell, timezone)
 
 
-class CrontabError(RuntimeError):
-    """The local crontab could not be read or written."""
+def install_crontab(entry: CronEntry, crontab: str = "crontab") -> str:
+    """Installs `entry` in the user's crontab with python-crontab, replacing only Conveyor's
+    earlier entry for the same pipeline; returns the resulting crontab.
 
+    Raises CrontabError, writing nothing, when the crontab cannot be read (other than "no crontab
+    for <user>") or holds a line python-crontab cannot parse (it would write it back disabled).
+    The table is read here rather than by `CronTab(user=True)`: python-crontab looks only at
+    `crontab -l`'s stderr, so a failure without a message would read as an empty table and the
+    write would replace every entry.
+    """
+    from crontab import CronTab
 
-def install_crontab(line: str, spec_name: str, crontab: str = "crontab") -> str:
-    """Installs `line` in the user's crontab, replacing an earlier Conveyor line for the same
-    pipeline; returns the resulting crontab."""
     if shutil.which(crontab) is None:
         raise CrontabError(
             f"`{crontab}` is not installed here (Debian: apt-get install cron); "
-            "`conveyor schedule --print` prints the line to install elsewhere"
+            "`conveyor schedule --print` prints the entry to install elsewhere"
         )
     listed = subprocess.run([crontab, "-l"], capture_output=True, text=True, check=False)
-    # `crontab -l` exits 1 with "no crontab for <user>" when there is none yet.
-    current = listed.stdout.splitlines() if listed.returncode == 0 else []
-    kept = [entry for entry in current if not entry.endswith(f"{CRON_MARKER}{spec_name}")]
-    content = "\n".join([*kept, line]) + "\n"
-    written = subprocess.run(
-        [crontab, "-"], input=content, capture_output=True, text=True, check=False
-    )
-    if written.returncode != 0:
-        raise CrontabError(f"`{crontab} -` failed: {written.stderr.strip() or written.returncode}")
-    return content
+    if listed.returncode != 0 and "no crontab for" not in listed.stderr:
+        why = listed.stderr.strip() or f"exit status {listed.returncode}"
+        raise CrontabError(f"`{crontab} -l` failed ({why}); the crontab was left as it is")
+    current = listed.stdout.rstrip("\n") if listed.returncode == 0 else ""
+    table = CronTab(tab=current) if current else CronTab()  # tab="" would start with a blank
+    unparsed = [
+        line
+        for line in table.lines
+        if isinstance(line, str) and line.strip() and not line.lstrip().startswith("#")
+    ]
+    if unparsed:
+        raise CrontabError(
+            f"python-crontab cannot parse {unparsed[0]!r} in the crontab and would disable it; "
+            "the crontab was left as it is (`conveyor schedule --print` prints the entry)"
+        )
+    table.remove_all(comment=entry.comment)
+    entry.add_to(table)
+    table.cron_command = crontab
+    try:
+        table.write_to_user(user=True)
+    except OSError as err:
+        raise CrontabError(f"writing the crontab failed: {err}") from None
+    return table.render()

@@ -15,6 +15,7 @@ from __future__ import annotations
 import datetime
 import os
 import pprint
+import zoneinfo
 from pathlib import Path
 from typing import Any
 
@@ -48,8 +49,9 @@ def dag_config(spec: PipelineSpec) -> dict[str, Any]:
     start = schedule.start_date or datetime.date.today()
     return {
         "schedule": schedule.cron,
+        # Airflow fires the cron expression in the start date's zone: the spec's schedule zone.
         "start_date": datetime.datetime(
-            start.year, start.month, start.day, tzinfo=datetime.timezone.utc
+            start.year, start.month, start.day, tzinfo=zoneinfo.ZoneInfo(schedule.timezone)
         ),
         "catchup": schedule.catchup,
         # One night at a time: a night's run reads the models and spans earlier nights wrote.

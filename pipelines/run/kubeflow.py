@@ -146,7 +146,7 @@ def schedule_description(spec: PipelineSpec, job_file: str) -> dict[str, Any]:
     kfp_trigger: dict[str, Any] = {"cron": "0 " + cron}
     vertex: dict[str, Any] = {
         "display_name": f"{spec.name}-nightly",
-        "cron": f"TZ=UTC {cron}",
+        "cron": f"TZ={schedule.timezone} {cron}",  # Vertex AI fires in the spec's zone
         "max_concurrent_run_count": 1,
         "catch_up": schedule.catchup,
         "pipeline_job_file": job_file,

@@ -3,6 +3,9 @@
 It adds only what running locally needs: a run id it knows in advance (so the resolved spec
 and the summary land in `<workdir>/runs/<pipeline>/<run id>/`), live per-component progress,
 and a final answer read back from ML Metadata: the version pushed, or exactly why none was.
+
+A run's folder is its owner's alone (0700, files 0600), and secrets are masked in its log: TFX
+logs the whole metadata connection, MySQL password included.
 """
 
 from __future__ import annotations
@@ -22,10 +25,19 @@ from pathlib import Path
 import yaml
 
 from pipelines.build import spans
-from pipelines.metadata import connection_config, find_run, open_store
+from pipelines.metadata import (
+    MetadataConfigError,
+    connection_config,
+    find_run,
+    metadata_password,
+    open_store,
+)
 from pipelines.outcome import Outcome, RunResult
 from pipelines.paths import RESOLVED_SPEC, RUN_LOG, RUN_SUMMARY, RunPaths
 from pipelines.run.plan import Run
+from pipelines.spec.models import PipelineSpec
+
+REDACTED = "***"
 
 
 class _ProgressHandler(logging.Handler):
@@ -61,18 +73,103 @@ class _ProgressHandler(logging.Handler):
             self._echo(f"  {self._node:<22} {'failed':<9} {seconds:6.1f}s")
 
 
+def run_secrets(spec: PipelineSpec) -> tuple[str, ...]:
+    """The secret values a run's logs must never show: the metadata database's password and the
+    alert webhook's URL (both read from the environment variables the spec names)."""
+    secrets = []
+    try:
+        secrets.append(metadata_password(spec))
+    except MetadataConfigError:  # no password to leak (a MySQL run fails on it before logging)
+        pass
+    if spec.runtime.alert_webhook_env:
+        secrets.append(os.environ.get(spec.runtime.alert_webhook_env, "").strip())
+    return tuple(secret for secret in secrets if secret)
+
+
+def _spellings(secret: str) -> set[str]:
+    """A secret as it may appear in a log line: as is, and escaped the way protobuf's text
+    format (TFX logs the connection config so), repr() and JSON write a string."""
+    from google.protobuf import text_encoding
+
+    return {
+        secret,
+        text_encoding.CEscape(secret.encode(), as_utf8=False),
+        text_encoding.CEscape(secret, as_utf8=True),
+        repr(secret)[1:-1],
+        json.dumps(secret)[1:-1],
+    }
+
+
+class _Redactor(logging.Filter):
+    """Replaces secret values with `***` in a record's message and exception text.
+
+    The record is changed in place, so every handler after the first one that filters it (and
+    any other handler of the logger) sees the masked text.
+    """
+
+    def __init__(self, secrets: tuple[str, ...]):
+        super().__init__()
+        spelled = {variant for secret in secrets if secret for variant in _spellings(secret)}
+        # Longest first: an escaped spelling may contain the plain one.
+        self._secrets = sorted(spelled, key=len, reverse=True)
+
+    def redact(self, text: str) -> str:
+        for secret in self._secrets:
+            text = text.replace(secret, REDACTED)
+        return text
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not self._secrets or getattr(record, "_conveyor_redacted", False):
+            return True
+        try:
+            message, formatted = record.getMessage(), True
+        except Exception:  # logging's own error report would print the arguments unmasked
+            message, formatted = f"{record.msg} {record.args!r}", False
+        redacted = self.redact(message)
+        if redacted != message or not formatted:
+            record.msg, record.args = redacted, None
+        if record.exc_info and not record.exc_text:
+            record.exc_text = logging.Formatter().formatException(record.exc_info)
+        if record.exc_text:
+            record.exc_text = self.redact(record.exc_text)
+        if record.stack_info:
+            record.stack_info = self.redact(record.stack_info)
+        record._conveyor_redacted = True
+        return True
+
+
+def _private_dir(path: Path) -> Path:
+    """Creates `path` (and its parents) readable by its owner only, whatever the umask."""
+    path.mkdir(parents=True, exist_ok=True)
+    os.chmod(path, 0o700)
+    return path
+
+
+def _write_private(path: Path, text: str = "") -> Path:
+    """Writes `path` readable and writable by its owner only, whatever the umask."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)  # os.open's mode passes through the umask; an existing file keeps its own
+    with os.fdopen(fd, "w") as out:
+        out.write(text)
+    return path
+
+
 @contextlib.contextmanager
-def _captured_logs(progress: logging.Handler, log_file: Path):
-    """TFX logs through absl at INFO: the full log goes to the run's file, errors to stderr."""
+def _captured_logs(progress: logging.Handler, log_file: Path, secrets: tuple[str, ...] = ()):
+    """TFX logs through absl at INFO: the full log goes to the run's file (owner-only), errors to
+    stderr; `secrets` are masked in both, and in what the progress handler sees."""
     from absl import logging as absl_logging
 
     absl_logger = logging.getLogger("absl")
     saved = absl_logging.get_verbosity(), absl_logger.propagate
-    to_file = logging.FileHandler(log_file)
+    to_file = logging.FileHandler(_write_private(log_file))  # appends to the private file
     to_file.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
     to_stderr = logging.StreamHandler()
     to_stderr.setLevel(logging.ERROR)
     handlers = (progress, to_file, to_stderr)
+    redactor = _Redactor(secrets)
+    for handler in handlers:
+        handler.addFilter(redactor)
     # Through absl's verbosity flag, not the logger: TensorFlow's saving code restores the
     # flag's value onto the logger after silencing it.
     absl_logging.set_verbosity(absl_logging.INFO)
@@ -90,6 +187,7 @@ def _captured_logs(progress: logging.Handler, log_file: Path):
     finally:
         for handler in handlers:
             absl_logger.removeHandler(handler)
+            handler.removeFilter(redactor)
         to_file.close()
         absl_logging.set_verbosity(saved[0])
         absl_logger.propagate = saved[1]
@@ -180,12 +278,7 @@ def execute(planned: Run, echo: Callable[[str], None] = print) -> RunResult:
     loaded, paths, span = planned.loaded, planned.paths, planned.span
     spec = loaded.spec
     run_id = new_run_id(spec.name)
-    run_dir = paths.run_dir(run_id)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / RESOLVED_SPEC).write_text(
-        f"# {spec.name} as run {run_id} (profile {loaded.env}; layers: "
-        f"{', '.join(loaded.sources)})\n" + yaml.safe_dump(spec.to_yaml_dict(), sort_keys=False)
-    )
+    run_dir = _open_run_dir(planned, run_id)
     echo(
         f"run {run_id}  (profile {loaded.env}, workdir {paths.workdir}"
         + (f", night {spans.describe(spec, span)})" if span is not None else ")")
@@ -211,10 +304,11 @@ def execute(planned: Run, echo: Callable[[str], None] = print) -> RunResult:
         ir, {constants.PIPELINE_RUN_ID_PARAMETER_NAME: run_id}
     )
     progress = _ProgressHandler(echo)
+    secrets = run_secrets(spec)
     failure: Exception | None = None
     started = time.perf_counter()
     with (
-        _captured_logs(progress, run_dir / RUN_LOG),
+        _captured_logs(progress, run_dir / RUN_LOG, secrets),
         _no_tfx_package_for_direct_runner(spec.runtime.beam_runner),
     ):
         try:
@@ -226,14 +320,29 @@ def execute(planned: Run, echo: Callable[[str], None] = print) -> RunResult:
     echo(f"  {'pipeline':<22} {'total':<9} {pipeline_seconds:6.1f}s")
 
     result = _summarise(spec.name, run_id, paths, failure, progress.timings)
+    # A failure's text goes to the summary, the report and the alert: no secret in it either.
+    result.message = _Redactor(secrets).redact(result.message)
     result.pipeline_seconds = round(pipeline_seconds, 2)
     result.run_dir = str(run_dir)
     if result.span is None:
         result.span = span
     if result.span is not None and spec.data.dated_spans:
         result.night = spans.date_of_span(result.span).isoformat()
-    (run_dir / RUN_SUMMARY).write_text(json.dumps(asdict(result), indent=2))
+    _write_private(run_dir / RUN_SUMMARY, json.dumps(asdict(result), indent=2))
     return result
+
+
+def _open_run_dir(planned: Run, run_id: str) -> Path:
+    """Creates the run's folder (owner-only: its log and summary are the run's own) with the
+    resolved spec in it."""
+    loaded, spec = planned.loaded, planned.spec
+    run_dir = _private_dir(planned.paths.run_dir(run_id))
+    _write_private(
+        run_dir / RESOLVED_SPEC,
+        f"# {spec.name} as run {run_id} (profile {loaded.env}; layers: "
+        f"{', '.join(loaded.sources)})\n" + yaml.safe_dump(spec.to_yaml_dict(), sort_keys=False),
+    )
+    return run_dir
 
 
 def _summarise(

@@ -255,6 +255,12 @@ def load_spec(
                 f"(known pipelines: {', '.join(list_pipelines()) or 'none'})."
             )
     spec_layer = read_yaml(path)
+    # A profile is named, never a path: `--env ../x` would read YAML from outside configs/.
+    if not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]*", env) or ".." in env:
+        raise SpecError(
+            f"--env {env!r}: expected the name of a profile in configs/, not a path "
+            f"(known profiles: {', '.join(list_profiles())})."
+        )
     profile_path = CONFIGS_DIR / f"{env}.yaml"
     if not profile_path.exists():
         raise SpecError(

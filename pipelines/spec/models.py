@@ -15,11 +15,48 @@ import enum
 import re
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    field_validator,
+    model_validator,
+)
 
+from pipelines.spec import expressions
 from pipelines.spec.components import KNOWN_TYPES, Orchestrator, check_wiring
 
 Identifier = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
+
+
+def _without_parent(value: str) -> str:
+    if ".." in re.split(r"[/\\]", value):
+        raise ValueError("a '..' component is not allowed: the path would climb out of its folder")
+    return value
+
+
+def _relative(value: str, base: str) -> str:
+    if value.startswith(("/", "\\")) or re.match(r"^[A-Za-z]:", value):
+        raise ValueError(
+            f"must be relative to the {base}, not absolute: the spec's files stay in it"
+        )
+    return _without_parent(value)
+
+
+def _safe_expression(value: str) -> str:
+    expressions.check(value)  # ExpressionError is a ValueError: pydantic names the key
+    return value
+
+
+# Paths a spec gives. Inside the workdir (data, metadata): relative, no `..`, so a spec cannot
+# read or write outside the run's folder. The curated schema: relative to the project, so the
+# pipeline image (which copies the project) finds it. The serving base may be absolute on
+# purpose (a team may serve from a shared path), but never climbs with `..`.
+WorkdirPath = Annotated[str, AfterValidator(lambda value: _relative(value, "workdir"))]
+ProjectPath = Annotated[str, AfterValidator(lambda value: _relative(value, "project root"))]
+NoParentPath = Annotated[str, AfterValidator(_without_parent)]
+Expression = Annotated[str, AfterValidator(_safe_expression)]
 
 
 class StrictModel(BaseModel):
@@ -39,12 +76,16 @@ class PrepareSpec(StrictModel):
     columns: tuple[str, ...] = Field(
         default=(), description="Columns to keep, in order (all when empty)."
     )
-    derive: dict[Identifier, str] = Field(
+    derive: dict[Identifier, Expression] = Field(
         default_factory=dict,
-        description="New columns from pandas expressions over the source columns.",
+        description="New columns from expressions over the source columns: column names, "
+        "literals, arithmetic, comparisons, and/or/not, and abs, round, log, sqrt, exp, "
+        "where(cond, a, b), isnull, notnull (see pipelines/spec/expressions.py).",
     )
     rows: int | None = Field(default=None, gt=0, description="Keep only the first N rows.")
-    filename: str = Field(default="data.csv", description="File written into data.input_dir.")
+    filename: WorkdirPath = Field(
+        default="data.csv", description="File written into data.input_dir."
+    )
 
 
 class CsvReader(str, enum.Enum):
@@ -56,12 +97,16 @@ class CsvReader(str, enum.Enum):
 
 
 class BadRows(str, enum.Enum):
+    """What the CSV reader does with a row that has the wrong number of fields."""
+
     FAIL = "fail"
     SKIP = "skip"
 
 
 class DataSpec(StrictModel):
-    input_dir: str = Field(description="Directory of CSV files; relative paths are under workdir.")
+    """Where the input CSVs are, how they are split and spanned, and the data gate's limits."""
+
+    input_dir: WorkdirPath = Field(description="Directory of CSV files, relative to the workdir.")
     splits: dict[Identifier, Annotated[int, Field(gt=0)]] = Field(
         default_factory=lambda: {"train": 2, "eval": 1},
         description="Split name to hash-bucket count; needs `train` and `eval`.",
@@ -70,7 +115,11 @@ class DataSpec(StrictModel):
         default=None,
         description="Assign splits by a hash of this (integer or text) column, not the whole row.",
     )
-    reader: CsvReader = CsvReader.AUTO
+    reader: CsvReader = Field(
+        default=CsvReader.AUTO,
+        description="ExampleGen that reads the CSVs: `tfx` (TFX's CsvExampleGen), `arrow` "
+        "(streaming Arrow reader) or `auto` (Arrow above arrow_above_megabytes).",
+    )
     arrow_above_megabytes: float = Field(
         default=32.0, ge=0, description="`reader: auto` streams with Arrow above this input size."
     )
@@ -79,7 +128,11 @@ class DataSpec(StrictModel):
         description="A row with the wrong number of fields stops the run, or is skipped and "
         "counted (Arrow reader only).",
     )
-    prepare: PrepareSpec | None = None
+    prepare: PrepareSpec | None = Field(
+        default=None,
+        description="How `conveyor data NAME` writes input_dir from a packaged CSV (unset: the "
+        "data is put there some other way).",
+    )
     span_pattern: str | None = Field(
         default=None,
         description="Files of one span, relative to input_dir, dated with {YYYY}{MM}{DD} "
@@ -101,7 +154,7 @@ class DataSpec(StrictModel):
         default_factory=dict,
         description="Column -> largest training/serving distance, against serving_data_dir.",
     )
-    serving_data_dir: str | None = Field(
+    serving_data_dir: WorkdirPath | None = Field(
         default=None,
         description="CSV files of requests logged by serving (no label), relative to workdir; "
         "needed by `skew`.",
@@ -154,13 +207,22 @@ class DataSpec(StrictModel):
 
 
 class SchemaSource(str, enum.Enum):
+    """Where the schema comes from: a curated file, or inferred from the statistics."""
+
     FILE = "file"
     INFER = "infer"
 
 
 class SchemaSpec(StrictModel):
-    source: SchemaSource = SchemaSource.INFER
-    path: str | None = Field(
+    """The schema the data is validated against and the trainer reads its features from."""
+
+    source: SchemaSource = Field(
+        default=SchemaSource.INFER,
+        description="`file`: the curated schema at `path` (drift from it is an anomaly); "
+        "`infer`: the first run infers one from its statistics, later runs import the last "
+        "accepted run's (see docs/schema.md).",
+    )
+    path: ProjectPath | None = Field(
         default=None, description="Curated schema.pbtxt, relative to the project root."
     )
 
@@ -172,13 +234,21 @@ class SchemaSpec(StrictModel):
 
 
 class FeatureKind(str, enum.Enum):
+    """How the trainer encodes a feature column."""
+
     NUMERIC = "numeric"
     CATEGORICAL = "categorical"
 
 
 class FeatureSpec(StrictModel):
-    name: Identifier
-    kind: FeatureKind
+    """One input column of the model and how it is encoded."""
+
+    name: Identifier = Field(description="Column name, as in the CSV header and the schema.")
+    kind: FeatureKind = Field(
+        description="`numeric`: standardised with the statistics' mean and deviation, plus a "
+        "missing-value indicator; `categorical`: strings looked up in a vocabulary, integers "
+        "hashed into buckets, one-hot encoded."
+    )
     max_vocabulary: int = Field(
         default=1000, gt=0, description="Categorical strings: most frequent values kept."
     )
@@ -188,6 +258,8 @@ class FeatureSpec(StrictModel):
 
 
 class Task(str, enum.Enum):
+    """What the model predicts: a class of the label, or its value."""
+
     CLASSIFICATION = "classification"
     REGRESSION = "regression"
 
@@ -203,24 +275,52 @@ class Strategy(str, enum.Enum):
 
 
 class TrainerSpec(StrictModel):
-    label: Identifier
-    task: Task = Task.CLASSIFICATION
-    features: tuple[FeatureSpec, ...] = Field(min_length=1)
-    hidden_units: tuple[Annotated[int, Field(gt=0)], ...] = (32, 16)
-    dropout: float = Field(default=0.0, ge=0.0, lt=1.0)
-    train_steps: int = Field(default=500, gt=0)
-    eval_steps: int = Field(default=20, gt=0)
+    """The model Conveyor's Keras trainer builds, and how it trains it."""
+
+    label: Identifier = Field(description="Column the model predicts (not also a feature).")
+    task: Task = Field(
+        default=Task.CLASSIFICATION,
+        description="`classification` (softmax, or sigmoid for a two-class label) or "
+        "`regression` (a linear output, mean squared error).",
+    )
+    features: tuple[FeatureSpec, ...] = Field(
+        min_length=1, description="Input columns of the model, each listed once."
+    )
+    hidden_units: tuple[Annotated[int, Field(gt=0)], ...] = Field(
+        default=(32, 16), description="Width of each hidden ReLU layer, input side first."
+    )
+    dropout: float = Field(
+        default=0.0,
+        ge=0.0,
+        lt=1.0,
+        description="Fraction of units dropped after each hidden layer while training (0: none).",
+    )
+    train_steps: int = Field(default=500, gt=0, description="Training steps (batches) in all.")
+    eval_steps: int = Field(
+        default=20, gt=0, description="Evaluation-split batches the trainer validates on."
+    )
     batch_size: int = Field(default=64, gt=0, description="Global batch, split over replicas.")
-    learning_rate: float = Field(default=0.01, gt=0.0)
+    learning_rate: float = Field(default=0.01, gt=0.0, description="Adam's learning rate.")
     scale_learning_rate: bool = Field(
         default=False, description="Multiply the learning rate by the number of replicas."
     )
-    gradient_clip_norm: float | None = Field(default=None, gt=0.0)
-    distribution: Strategy = Strategy.DEFAULT
+    gradient_clip_norm: float | None = Field(
+        default=None,
+        gt=0.0,
+        description="Clip the gradients to this global norm (unset: no clipping).",
+    )
+    distribution: Strategy = Field(
+        default=Strategy.DEFAULT,
+        description="tf.distribute strategy: `default` (one device), `mirrored` (all local "
+        "GPUs, or `devices`), `multi_worker` (MultiWorkerMirroredStrategy from TF_CONFIG).",
+    )
     devices: tuple[str, ...] = Field(
         default=(), description="mirrored: devices to use (all local GPUs, else the CPU)."
     )
-    jit_compile: bool = False
+    jit_compile: bool = Field(
+        default=False,
+        description="Compile the training step with XLA (several replicas need GPUs for it).",
+    )
     mixed_precision: bool = Field(
         default=False, description="mixed_float16 on GPU, mixed_bfloat16 on CPU."
     )
@@ -232,7 +332,7 @@ class TrainerSpec(StrictModel):
         default=False,
         description="Initialise from the served model (needs a warm_start_resolver component).",
     )
-    seed: int = 42
+    seed: int = Field(default=42, description="Random seed of the weights and the shuffling.")
 
     @model_validator(mode="after")
     def _label_not_a_feature(self) -> TrainerSpec:
@@ -246,6 +346,8 @@ class TrainerSpec(StrictModel):
 
 
 class Direction(str, enum.Enum):
+    """Which way a metric improves."""
+
     HIGHER_IS_BETTER = "higher_is_better"
     LOWER_IS_BETTER = "lower_is_better"
 
@@ -253,9 +355,20 @@ class Direction(str, enum.Enum):
 class ChangeThreshold(StrictModel):
     """Gate against the model currently served: candidate minus baseline must pass."""
 
-    direction: Direction = Direction.HIGHER_IS_BETTER
-    absolute: float | None = None
-    relative: float | None = None
+    direction: Direction = Field(
+        default=Direction.HIGHER_IS_BETTER,
+        description="Which way the metric improves: `higher_is_better` or `lower_is_better`.",
+    )
+    absolute: float | None = Field(
+        default=None,
+        description="Candidate minus baseline must be above this (below, when lower is "
+        "better); -0.02 lets the metric get 0.02 worse.",
+    )
+    relative: float | None = Field(
+        default=None,
+        description="The same bound on (candidate - baseline) / baseline; -0.05 lets the "
+        "metric get 5% worse.",
+    )
 
     @model_validator(mode="after")
     def _some_bound(self) -> ChangeThreshold:
@@ -265,10 +378,23 @@ class ChangeThreshold(StrictModel):
 
 
 class MetricSpec(StrictModel):
+    """One metric the evaluator computes, and the thresholds a candidate model must pass."""
+
     name: str = Field(description="A TFMA / Keras metric class name, e.g. AUC.")
-    lower_bound: float | None = None
-    upper_bound: float | None = None
-    change: ChangeThreshold | None = None
+    lower_bound: float | None = Field(
+        default=None,
+        description="The candidate's value over the whole evaluation split must be at least "
+        "this (unset: no lower bound).",
+    )
+    upper_bound: float | None = Field(
+        default=None,
+        description="The candidate's value over the whole evaluation split must be at most "
+        "this (unset: no upper bound).",
+    )
+    change: ChangeThreshold | None = Field(
+        default=None,
+        description="Bound on the change from the served model (skipped while none is served).",
+    )
 
 
 class FirstRunPolicy(str, enum.Enum):
@@ -279,11 +405,21 @@ class FirstRunPolicy(str, enum.Enum):
 
 
 class EvaluationSpec(StrictModel):
-    metrics: tuple[MetricSpec, ...] = Field(min_length=1)
+    """The model gate: TFMA metrics and thresholds a candidate must pass to be pushed."""
+
+    metrics: tuple[MetricSpec, ...] = Field(
+        min_length=1,
+        description="Metrics to compute; at least one needs a bound or a change threshold.",
+    )
     slices: tuple[tuple[Identifier, ...], ...] = Field(
         default=((),), description="Feature-column lists to slice by; [] is the overall slice."
     )
-    first_run: FirstRunPolicy = FirstRunPolicy.BLESS_ON_VALUE_THRESHOLDS
+    first_run: FirstRunPolicy = Field(
+        default=FirstRunPolicy.BLESS_ON_VALUE_THRESHOLDS,
+        description="With no model served yet: `bless_on_value_thresholds` pushes a model that "
+        "passes the bounds; `require_manual_bless` pushes none (review, then re-run with the "
+        "former).",
+    )
 
     @model_validator(mode="after")
     def _gated(self) -> EvaluationSpec:
@@ -297,10 +433,14 @@ class EvaluationSpec(StrictModel):
 
 
 class PushSpec(StrictModel):
-    base_dir: str = Field(
+    """Where a blessed model is published for TF Serving, and how many versions stay."""
+
+    base_dir: NoParentPath = Field(
         description="TF Serving model base path; relative paths are under workdir."
     )
-    model_name: Identifier
+    model_name: Identifier = Field(
+        description="Name the model is served under: versions are base_dir/model_name/1, 2, ..."
+    )
     keep_versions: int | None = Field(
         default=None,
         ge=1,
@@ -309,17 +449,27 @@ class PushSpec(StrictModel):
 
 
 class MetadataKind(str, enum.Enum):
+    """Which ML Metadata store records the runs."""
+
     SQLITE = "sqlite"
     MYSQL = "mysql"
 
 
 class MetadataSpec(StrictModel):
-    kind: MetadataKind = MetadataKind.SQLITE
-    path: str = Field(default="metadata.sqlite", description="SQLite file, relative to workdir.")
-    host: str | None = None
-    port: int | None = None
-    database: str | None = None
-    user: str | None = None
+    """The ML Metadata store: runs, artifacts and lineage, read by resolvers and reports."""
+
+    kind: MetadataKind = Field(
+        default=MetadataKind.SQLITE,
+        description="`sqlite`: a file under workdir; `mysql`: a server (needs host, port, "
+        "database and user).",
+    )
+    path: WorkdirPath = Field(
+        default="metadata.sqlite", description="SQLite file, relative to workdir."
+    )
+    host: str | None = Field(default=None, description="MySQL server host name (kind mysql).")
+    port: int | None = Field(default=None, description="MySQL server port (kind mysql).")
+    database: str | None = Field(default=None, description="MySQL database name (kind mysql).")
+    user: str | None = Field(default=None, description="MySQL user name (kind mysql).")
     password_env: str | None = Field(
         default=None, description="Name of the environment variable holding the password."
     )
@@ -459,6 +609,30 @@ def check_beam_args(args: tuple[str, ...] | list[str]) -> str:
     return runner
 
 
+class WhenBusy(str, enum.Enum):
+    """What a run does when another run of the same pipeline holds the workdir's lock."""
+
+    WAIT = "wait"
+    REFUSE = "refuse"
+
+
+class ConcurrencySpec(StrictModel):
+    """One run of a pipeline at a time per workdir: two would pick the same served version and
+    share fingerprints and checkpoints. A run holds `<workdir>/runs/<pipeline>/.lock` while it
+    runs (a backfill, for all its nights); the operating system frees it when a holder dies."""
+
+    when_busy: WhenBusy = Field(
+        default=WhenBusy.WAIT,
+        description="Another run holds the lock: `wait` for it (up to wait_seconds), or `refuse` "
+        "at once. Either way a run that gets no lock exits 75 (try again later).",
+    )
+    wait_seconds: int = Field(
+        default=6 * 3600,
+        ge=0,
+        description="How long `wait` waits for the lock before giving up.",
+    )
+
+
 def missing_image(runtime: RuntimeSpec, target: Orchestrator) -> str | None:
     """Why `target` cannot run without an image when the runtime names none, else None."""
     if target is Orchestrator.KUBEFLOW and not runtime.container.image:
@@ -471,9 +645,19 @@ def missing_image(runtime: RuntimeSpec, target: Orchestrator) -> str | None:
 class RuntimeSpec(StrictModel):
     """Where and how a run executes; profiles in `configs/` set these."""
 
-    enable_cache: bool = True
-    metadata: MetadataSpec = MetadataSpec()
-    beam_args: tuple[str, ...] = ("--direct_running_mode=in_memory", "--direct_num_workers=1")
+    enable_cache: bool = Field(
+        default=True,
+        description="Reuse a node's earlier outputs when its inputs and settings are unchanged "
+        "(TFX caching).",
+    )
+    metadata: MetadataSpec = Field(
+        default=MetadataSpec(), description="The ML Metadata store the runs are recorded in."
+    )
+    beam_args: tuple[str, ...] = Field(
+        default=("--direct_running_mode=in_memory", "--direct_num_workers=1"),
+        description="Apache Beam pipeline options of the data components (`--runner=...`, "
+        "DirectRunner by default); checked for the options each runner needs.",
+    )
     alert_webhook_env: str | None = Field(
         default=None,
         description="Name of the environment variable holding a URL that is POSTed a JSON "
@@ -488,7 +672,15 @@ class RuntimeSpec(StrictModel):
         description="Working directory a compiled pipeline uses (data, pipeline_root, serving); "
         "e.g. /gcs/BUCKET/conveyor on Vertex AI. Unset: compile's --workdir.",
     )
-    container: ContainerSpec = ContainerSpec()
+    container: ContainerSpec = Field(
+        default=ContainerSpec(),
+        description="The pipeline image and each node's resources (Kubeflow, Vertex AI).",
+    )
+    concurrency: ConcurrencySpec = Field(
+        default=ConcurrencySpec(),
+        description="One run of a pipeline at a time per workdir: what a run does while "
+        "another holds the lock.",
+    )
 
     @field_validator("beam_args")
     @classmethod
@@ -519,6 +711,22 @@ class ScheduleSpec(StrictModel):
         default=None, description="First night the orchestrators schedule."
     )
     catchup: bool = Field(default=False, description="Orchestrators run missed nights.")
+    timezone: str = Field(
+        default="UTC",
+        description="IANA time zone (e.g. Europe/Berlin) the cron fires in and in which "
+        "`--date yesterday` is yesterday.",
+    )
+
+    @field_validator("timezone")
+    @classmethod
+    def _known_zone(cls, value: str) -> str:
+        import zoneinfo
+
+        try:
+            zoneinfo.ZoneInfo(value)
+        except (ValueError, zoneinfo.ZoneInfoNotFoundError):  # ValueError: a path, not a name
+            raise ValueError("not an IANA time zone name such as UTC or Europe/Berlin") from None
+        return value
 
     @field_validator("cron")
     @classmethod
@@ -558,8 +766,14 @@ DEFAULT_COMPONENTS = (
 class ComponentRef(StrictModel):
     """One node of the pipeline: a registered component type and the node id it runs under."""
 
-    type: str
-    id: Identifier | None = None
+    type: str = Field(
+        description="A registered component type (the table in pipelines/spec/components.py)."
+    )
+    id: Identifier | None = Field(
+        default=None,
+        description="Node id, unique in the pipeline (default: the type); lets a type appear "
+        "twice.",
+    )
 
     @field_validator("type")
     @classmethod
@@ -578,18 +792,32 @@ class ComponentRef(StrictModel):
 class PipelineSpec(StrictModel):
     """A whole pipeline definition, as validated from YAML."""
 
-    name: Identifier
-    description: str = ""
-    data: DataSpec
-    schema_: SchemaSpec = Field(default=SchemaSpec(), alias="schema")
-    trainer: TrainerSpec
-    evaluation: EvaluationSpec
-    push: PushSpec
-    components: tuple[ComponentRef, ...] = Field(
-        default_factory=lambda: tuple(ComponentRef(type=t) for t in DEFAULT_COMPONENTS)
+    name: Identifier = Field(
+        description="Pipeline name: the TFX pipeline's name, and by convention the spec's "
+        "file name (pipelines/specs/NAME.yaml)."
     )
-    runtime: RuntimeSpec = RuntimeSpec()
-    schedule: ScheduleSpec = ScheduleSpec()
+    description: str = Field(default="", description="One line `conveyor list` shows.")
+    data: DataSpec = Field(description="The input data, its splits and spans, and the data gate.")
+    schema_: SchemaSpec = Field(
+        default=SchemaSpec(),
+        alias="schema",
+        description="The schema the data is checked against (curated file or inferred).",
+    )
+    trainer: TrainerSpec = Field(description="The model and its training.")
+    evaluation: EvaluationSpec = Field(description="The model gate: metrics and thresholds.")
+    push: PushSpec = Field(description="Where a blessed model is published for TF Serving.")
+    components: tuple[ComponentRef, ...] = Field(
+        default_factory=lambda: tuple(ComponentRef(type=t) for t in DEFAULT_COMPONENTS),
+        description="The pipeline's nodes, in order; each may only need what an earlier one "
+        "provides (default: the reference chain).",
+    )
+    runtime: RuntimeSpec = Field(
+        default=RuntimeSpec(),
+        description="Where and how runs execute; environment profiles usually set this.",
+    )
+    schedule: ScheduleSpec = Field(
+        default=ScheduleSpec(), description="When the nightly run starts."
+    )
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 

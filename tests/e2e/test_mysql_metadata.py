@@ -164,3 +164,20 @@ def test_compiling_for_airflow_checks_the_live_server(mariadb, tmp_path, monkeyp
     assert cli.main(argv + ["--output", str(tmp_path / "no.py"), "--set", mariadb_down]) == 1
     assert "cannot reach the MySQL metadata database at 127.0.0.1:1" in capsys.readouterr().err
     assert not (tmp_path / "no.py").exists()
+
+
+def test_the_password_is_in_no_file_the_run_wrote(penguin_on_mariadb):
+    loaded, workdir, result, _ = penguin_on_mariadb
+    paths = RunPaths(workdir, loaded.spec)
+    run_log = (Path(result.run_dir) / "run.log").read_text()
+    # TFX logs the connection config (password field included) at INFO before every run.
+    assert "Using connection config" in run_log and 'password: "***"' in run_log
+    read, leaks = 0, []
+    for folder in (Path(result.run_dir), paths.runs_dir, paths.pipeline_root, paths.serving_dir):
+        for path in folder.rglob("*"):
+            if path.is_file() and path.stat().st_size < 10 * 2**20:
+                read += 1
+                if PASSWORD.encode() in path.read_bytes():
+                    leaks.append(str(path.relative_to(workdir)))
+    assert read > 20, read  # the run's own files, every component's outputs, the served model
+    assert leaks == []

@@ -5,6 +5,7 @@
 
 import hashlib
 import re
+import shutil
 
 import pytest
 
@@ -34,8 +35,21 @@ def penguin_run(tmp_path_factory):
     assert _digest(CURATED) == curated_before, "a test wrote the real curated schema"
 
 
-def _schema_copy(tmp_path, *, drop_feature=None, drop_value=None):
-    """The curated schema copied to tmp_path, optionally without a column or a domain value."""
+# `schema.path` is relative to the project (the pipeline image copies the project), so the
+# copies live in an ignored folder inside it, one per test, removed afterwards.
+SCRATCH = PROJECT_ROOT / ".pytest-schemas"
+
+
+@pytest.fixture
+def scratch(tmp_path):
+    folder = SCRATCH / tmp_path.name
+    folder.mkdir(parents=True, exist_ok=True)
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def _schema_copy(folder, *, drop_feature=None, drop_value=None):
+    """The curated schema copied into `folder`, optionally without a column or a domain value."""
     text = CURATED.read_text()
     if drop_feature:
         start = text.index(f'feature {{\n  name: "{drop_feature}"')
@@ -43,14 +57,14 @@ def _schema_copy(tmp_path, *, drop_feature=None, drop_value=None):
         text = text[:start] + text[end:]
     if drop_value:
         text = text.replace(f'  value: "{drop_value}"\n', "", 1)
-    copy = tmp_path / "schema.pbtxt"
+    copy = folder / "schema.pbtxt"
     copy.write_text(text)
     return copy
 
 
 def _schema_cli(action, paths, schema, capsys):
     argv = ["schema", action, "penguin", "--env", "ci", "--workdir", str(paths.workdir)]
-    code = cli.main(argv + ["--set", f"schema.path={schema}"])
+    code = cli.main(argv + ["--set", f"schema.path={schema.relative_to(PROJECT_ROOT)}"])
     captured = capsys.readouterr()
     return code, captured.out, captured.err
 
@@ -93,17 +107,17 @@ def test_conveyor_report_lists_recent_runs_for_an_unknown_id(penguin_run, capsys
     assert result.run_id in err
 
 
-def test_schema_diff_finds_nothing_when_the_data_matches(penguin_run, tmp_path, capsys):
+def test_schema_diff_finds_nothing_when_the_data_matches(penguin_run, scratch, capsys):
     paths, result, _ = penguin_run
-    code, out, _ = _schema_cli("diff", paths, _schema_copy(tmp_path), capsys)
+    code, out, _ = _schema_cli("diff", paths, _schema_copy(scratch), capsys)
     assert code == 0, out
     assert f"(run {result.run_id}," in out
     assert "no difference" in out
 
 
-def test_schema_diff_names_a_column_and_a_value_the_schema_lacks(penguin_run, tmp_path, capsys):
+def test_schema_diff_names_a_column_and_a_value_the_schema_lacks(penguin_run, scratch, capsys):
     paths, _, _ = penguin_run
-    schema = _schema_copy(tmp_path, drop_feature="year", drop_value="Torgersen")
+    schema = _schema_copy(scratch, drop_feature="year", drop_value="Torgersen")
     before = schema.read_text()
     code, out, _ = _schema_cli("diff", paths, schema, capsys)
     assert code == 3, out
@@ -115,9 +129,9 @@ def test_schema_diff_names_a_column_and_a_value_the_schema_lacks(penguin_run, tm
     assert schema.read_text() == before  # diff writes nothing
 
 
-def test_schema_accept_writes_the_update_and_then_diff_is_clean(penguin_run, tmp_path, capsys):
+def test_schema_accept_writes_the_update_and_then_diff_is_clean(penguin_run, scratch, capsys):
     paths, _, _ = penguin_run
-    schema = _schema_copy(tmp_path, drop_feature="year", drop_value="Torgersen")
+    schema = _schema_copy(scratch, drop_feature="year", drop_value="Torgersen")
     code, out, _ = _schema_cli("accept", paths, schema, capsys)
     assert code == 0, out
     assert f"updated {schema}" in out

@@ -1,14 +1,20 @@
-"""The webhook alert against a real HTTP server on 127.0.0.1."""
+"""The webhook alert against a real HTTP server on 127.0.0.1, and what a bad webhook URL must
+never do: show the URL, change a run's exit code or lose its outcome record."""
 
 import json
 import socket
 import threading
+import urllib.error
+import urllib.request
 from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import pytest
 
+from pipelines import cli
+from pipelines.ops import alerts
 from pipelines.ops.alerts import send_alert
-from pipelines.outcome import RunResult
+from pipelines.outcome import EXIT_BLOCKED, Outcome, RunResult
+from pipelines.paths import RunPaths
 from pipelines.spec.loading import load_spec
 
 WEBHOOK_ENV = "CONVEYOR_TEST_WEBHOOK"
@@ -151,3 +157,82 @@ def test_a_webhook_error_status_is_reported(spec, tmp_path, monkeypatch):
         server.shutdown()
         server.server_close()
     assert line == f"alert not delivered: the webhook in ${WEBHOOK_ENV} answered HTTP 501"
+
+
+SCHEMELESS = "hooks.example.com/services/sentinel-webhook-token"
+
+
+@pytest.mark.parametrize("url", [SCHEMELESS, "file:///etc/hostname", "ftp://sentinel.example/x"])
+def test_a_url_that_is_not_http_is_reported_in_one_line_without_the_url(
+    spec, tmp_path, monkeypatch, url
+):
+    monkeypatch.setenv(WEBHOOK_ENV, url)
+    line = send_alert(spec, _result("blocked", tmp_path))
+    assert line == (
+        f"alert not delivered: the webhook in ${WEBHOOK_ENV} is not an http(s) URL "
+        "(it needs the scheme, e.g. https://)"
+    )
+
+
+def test_a_reason_that_quotes_the_url_is_masked(spec, tmp_path, monkeypatch):
+    url = "http://127.0.0.1:1/sentinel-webhook-token"
+
+    def refuse(request, timeout):
+        raise urllib.error.URLError(f"no route to {request.full_url}")
+
+    monkeypatch.setattr(urllib.request, "urlopen", refuse)
+    monkeypatch.setenv(WEBHOOK_ENV, url)
+    line = send_alert(spec, _result("failed", tmp_path))
+    assert line == f"alert not delivered to the webhook in ${WEBHOOK_ENV}: no route to ***"
+
+
+def _blocked_run(tmp_path, monkeypatch):
+    """`conveyor run penguin` whose pipeline run (faked: no TFX here) is blocked by the gate."""
+    from pipelines.run import local
+
+    loaded = load_spec("penguin", env="ci")
+    csv = RunPaths(workdir=tmp_path, spec=loaded.spec).input_dir / "penguins.csv"
+    csv.parent.mkdir(parents=True)
+    csv.write_text("species,island\nAdelie,Biscoe\n")
+
+    def blocked(planned, echo=print):
+        run_dir = planned.paths.run_dir("penguin-20261201T020000.000000Z")
+        run_dir.mkdir(parents=True)
+        return RunResult(
+            run_id=run_dir.name,
+            pipeline="penguin",
+            outcome=Outcome.BLOCKED,
+            message="Data gate: bad data",
+            run_dir=str(run_dir),
+            data_gate=GATE,
+        )
+
+    monkeypatch.setattr(local, "execute", blocked)
+    argv = ["run", "penguin", "--env", "ci", "--workdir", str(tmp_path)]
+    return cli.main([*argv, "--set", f"runtime.alert_webhook_env={WEBHOOK_ENV}"])
+
+
+def test_a_bad_webhook_url_leaves_a_blocked_nights_exit_code_and_record(
+    tmp_path, monkeypatch, capsys
+):
+    monkeypatch.setenv(WEBHOOK_ENV, SCHEMELESS)
+    assert _blocked_run(tmp_path, monkeypatch) == EXIT_BLOCKED
+    out, err = capsys.readouterr()
+    assert f"alert not delivered: the webhook in ${WEBHOOK_ENV} is not an http(s) URL" in out
+    assert "sentinel" not in out + err
+    record = json.loads((tmp_path / "runs" / "penguin" / "latest_outcome.json").read_text())
+    assert record["outcome"] == "blocked"
+    assert record["run_id"] == "penguin-20261201T020000.000000Z"
+
+
+def test_an_alert_that_raises_cannot_stop_the_outcome_record(tmp_path, monkeypatch, capsys):
+    def broken(spec, result, timeout=10.0):
+        raise RuntimeError(f"cannot post to {SCHEMELESS}")
+
+    monkeypatch.setattr(alerts, "send_alert", broken)
+    monkeypatch.setenv(WEBHOOK_ENV, "https://hooks.example.com/x")
+    assert _blocked_run(tmp_path, monkeypatch) == EXIT_BLOCKED
+    out, err = capsys.readouterr()
+    assert "alert not delivered: RuntimeError while sending it" in out
+    assert "sentinel" not in out + err
+    assert (tmp_path / "runs" / "penguin" / "latest_outcome.json").is_file()
