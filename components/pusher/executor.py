@@ -18,7 +18,6 @@ can read it from ML Metadata.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import time
 
@@ -30,6 +29,7 @@ from tfx.utils import json_utils
 from components.baseline.strategy import PUSHED_MODEL_ID_PROPERTY
 from components.pusher.layout import (  # noqa: F401 (re-exported for callers)
     PUSH_RECORD,
+    model_digest,
     publish,
     read_push_record,
     served_versions,
@@ -37,20 +37,6 @@ from components.pusher.layout import (  # noqa: F401 (re-exported for callers)
 
 REASON_PROPERTY = "conveyor_reason"
 BASELINE_MODEL_ID = "baseline_model_id"  # what TFX's Evaluator records on its blessing
-
-
-def model_digest(model_dir: str) -> str:
-    """SHA-256 over every file's relative path and bytes: equal digests, equal models."""
-    digest = hashlib.sha256()
-    for root, dirs, files in os.walk(model_dir):
-        dirs.sort()
-        for name in sorted(files):
-            path = os.path.join(root, name)
-            digest.update(os.path.relpath(path, model_dir).encode())
-            with open(path, "rb") as handle:
-                for chunk in iter(lambda: handle.read(1 << 20), b""):
-                    digest.update(chunk)
-    return digest.hexdigest()
 
 
 class Executor(tfx_pusher_executor.Executor):
@@ -79,8 +65,8 @@ class Executor(tfx_pusher_executor.Executor):
         if first_run and config.get("first_run_policy") == "require_manual_bless":
             return not_pushed(
                 "no model is served yet and evaluation.first_run is require_manual_bless: "
-                "review the evaluation, then re-run with "
-                "--set evaluation.first_run=bless_on_value_thresholds"
+                "review the run's report, then push this candidate with "
+                "`conveyor bless PIPELINE --run RUN_ID --reason TEXT`"
             )
         model_dir = self.GetModelPath(input_dict)
         base_dir = config["serving_base_dir"]

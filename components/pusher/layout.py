@@ -10,6 +10,7 @@ deleted, `.quarantined-<v>-<stamp>` for a version ML Metadata never recorded.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -21,6 +22,20 @@ PUSH_RECORD = "conveyor_push.json"  # TF Serving ignores files it does not know
 INCOMING_PREFIX = ".incoming-"
 RETIRED_PREFIX = ".retired-"
 QUARANTINE_PREFIX = ".quarantined-"
+
+
+def model_digest(model_dir: str) -> str:
+    """SHA-256 over every file's relative path and bytes: equal digests, equal models."""
+    digest = hashlib.sha256()
+    for root, dirs, files in os.walk(model_dir):
+        dirs.sort()
+        for name in sorted(files):
+            path = os.path.join(root, name)
+            digest.update(os.path.relpath(path, model_dir).encode())
+            with open(path, "rb") as handle:
+                for chunk in iter(lambda: handle.read(1 << 20), b""):
+                    digest.update(chunk)
+    return digest.hexdigest()
 
 
 def served_versions(base_dir: str) -> list[int]:

@@ -1,0 +1,162 @@
+"""A push killed at each of its phases, with real `conveyor run` processes on penguin: serving
+never loses its good version, and the next run repairs what the killed one left so that ML
+Metadata and serving agree again.
+
+The phases, in the order a push goes through them (components/failpoints.py kills the process
+with SIGKILL at each, as the OOM killer would):
+  push:copied        the new version is copied and flushed, not yet renamed into place;
+  push:renamed       the version is served, ML Metadata has not recorded the push;
+  retain:hidden      after the run, an old version is half-retired (renamed, not deleted);
+  run:before_finish  the pipeline finished, nothing after it (report, retention, record) ran.
+
+One working directory, in order. Every run trains a few steps more than the one before, so
+each has a new model to push; thresholds are lowered so that any model may be pushed.
+"""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from components.failpoints import ENV as FAILPOINT
+from components.pusher import layout
+from pipelines.ops import serving_state
+from pipelines.paths import PROJECT_ROOT, RunPaths
+from pipelines.spec.loading import load_spec
+
+pytestmark = pytest.mark.e2e
+
+CONVEYOR = str(Path(sys.executable).with_name("conveyor"))
+ANY_MODEL = ["evaluation.metrics=[{name: SparseCategoricalAccuracy, lower_bound: 0.0}]"]
+KILLED = -9  # what subprocess reports for a child ended by SIGKILL
+
+
+def _run(workdir: Path, steps: int, *extra: str, failpoint: str | None = None):
+    overrides = [*ANY_MODEL, f"trainer.train_steps={steps}", *extra]
+    argv = [CONVEYOR, "run", "penguin", "--env", "ci", "--workdir", str(workdir)]
+    argv += [f"--set={o}" for o in overrides]
+    env = {k: v for k, v in os.environ.items() if k != FAILPOINT}
+    if failpoint:
+        env[FAILPOINT] = failpoint
+    return subprocess.run(
+        argv, cwd=PROJECT_ROOT, env=env, capture_output=True, text=True, timeout=600
+    )
+
+
+class Serving:
+    """What a model server would see, and what ML Metadata says was pushed."""
+
+    def __init__(self, workdir: Path):
+        spec = load_spec("penguin", env="ci", overrides=ANY_MODEL).spec
+        self.paths = RunPaths(workdir=workdir.resolve(), spec=spec)
+        self.base = str(self.paths.serving_dir)
+
+    def versions(self) -> list[int]:
+        return layout.served_versions(self.base)
+
+    def recorded(self) -> set[int]:
+        return serving_state.recorded_pushes(self.paths)[1]
+
+    def digests(self) -> dict[int, str]:
+        return {v: layout.model_digest(os.path.join(self.base, str(v))) for v in self.versions()}
+
+    def leftovers(self) -> list[str]:
+        return layout.leftovers(self.base)
+
+    def quarantined(self) -> list[str]:
+        return [n for n in os.listdir(self.base) if n.startswith(layout.QUARANTINE_PREFIX)]
+
+    def in_step(self) -> bool:
+        """Every version served is one ML Metadata recorded, and nothing half-done is left."""
+        return set(self.versions()) <= self.recorded() and not self.leftovers()
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory):
+    workdir = tmp_path_factory.mktemp("push-faults")
+    done = subprocess.run(
+        [CONVEYOR, "data", "penguin", "--workdir", str(workdir)],
+        cwd=PROJECT_ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr
+    first = _run(workdir, 20)
+    assert first.returncode == 0 and "PUSHED: pushed version 1" in first.stdout, first.stderr
+    return workdir
+
+
+def test_killed_while_copying_serving_keeps_version_1_and_the_next_run_cleans_up(workdir):
+    serving = Serving(workdir)
+    before = serving.digests()
+
+    killed = _run(workdir, 21, failpoint="push:copied")
+
+    assert killed.returncode == KILLED
+    assert serving.versions() == [1] and serving.digests() == before
+    assert [n for n in serving.leftovers() if n.startswith(layout.INCOMING_PREFIX)]
+    assert serving.recorded() == {1}
+
+    again = _run(workdir, 21)
+    assert again.returncode == 0 and "PUSHED: pushed version 2" in again.stdout, again.stdout
+    assert "removed leftovers .incoming-" in again.stdout
+    assert serving.versions() == [1, 2] and serving.in_step()
+
+
+def test_killed_after_the_rename_before_the_record_the_unknown_version_is_quarantined(workdir):
+    serving = Serving(workdir)
+    before = serving.digests()
+
+    killed = _run(workdir, 22, failpoint="push:renamed")
+
+    assert killed.returncode == KILLED
+    # The new version is visible, but ML Metadata never heard of it: out of step.
+    assert serving.versions() == [1, 2, 3] and serving.recorded() == {1, 2}
+    assert {v: d for v, d in serving.digests().items() if v < 3} == before
+
+    again = _run(workdir, 22)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "quarantined versions ML Metadata never recorded" in again.stdout
+    # Serving fell back to version 2 before this run; this run then pushed its model (the
+    # killed run's Trainer and Evaluator were cache hits) as version 3, recorded this time.
+    assert "PUSHED: pushed version 3" in again.stdout
+    assert serving.versions() == [1, 2, 3] and serving.in_step()
+    [hidden] = serving.quarantined()
+    assert layout.read_push_record(os.path.join(serving.base, hidden))["version"] == 3
+    assert {v: d for v, d in serving.digests().items() if v < 3} == before
+
+
+def test_killed_while_retiring_the_newest_version_stays_and_the_next_run_finishes(workdir):
+    serving = Serving(workdir)
+
+    killed = _run(workdir, 23, "push.keep_versions=1", failpoint="retain:hidden")
+
+    assert killed.returncode == KILLED
+    # Version 4 was pushed and recorded; retention died after hiding version 1.
+    assert 4 in serving.versions() and 4 in serving.recorded()
+    assert [n for n in serving.leftovers() if n.startswith(layout.RETIRED_PREFIX)]
+    newest = serving.digests()[4]
+
+    again = _run(workdir, 23, "push.keep_versions=1")
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "NOT_PUSHED" in again.stdout  # the same model: every component a cache hit
+    assert serving.versions() == [4] and serving.digests()[4] == newest
+    assert serving.in_step()
+
+
+def test_killed_after_the_pipeline_before_its_report_and_record(workdir):
+    serving = Serving(workdir)
+
+    killed = _run(workdir, 24, "push.keep_versions=1", failpoint="run:before_finish")
+
+    assert killed.returncode == KILLED
+    # The push itself is complete and recorded; only what follows a run is missing.
+    assert serving.versions()[-1] == 5 and 5 in serving.recorded()
+
+    again = _run(workdir, 24, "push.keep_versions=1")
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "UNCHANGED" not in again.stdout  # no outcome was recorded: the run goes again
+    assert serving.versions() == [5] and serving.in_step()
+    assert (serving.paths.runs_dir / "serving_reconcile.jsonl").is_file()
