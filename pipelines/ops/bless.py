@@ -111,6 +111,12 @@ def bless(paths: RunPaths, run_id: str, blessed_by: str, reason: str) -> Blessed
     if store is None:
         raise BlessError(f"no metadata store at {paths.metadata_path}: nothing was run there")
     model, run_context = _held_candidate(store, paths, run_id)
+    for earlier in _blessings(store):
+        if custom_property(earlier, "run_id") == run_id:
+            raise BlessError(
+                f"run {run_id} was already blessed by {custom_property(earlier, 'blessed_by')}: "
+                f"{custom_property(earlier, 'reason')}"
+            )
     base = str(paths.serving_dir)
     model_dir = _serving_model_dir(model.uri)
     digest = layout.model_digest(model_dir)
@@ -161,6 +167,14 @@ def bless(paths: RunPaths, run_id: str, blessed_by: str, reason: str) -> Blessed
         [c for c in (pipeline_context, run_context, node_context) if c is not None],
     )
     return Blessed(version=version, target=target, model_uri=model.uri)
+
+
+def _blessings(store) -> list:
+    """Every manual bless recorded so far (none before the first: its type does not exist)."""
+    try:
+        return list(store.get_executions_by_type(BLESS_EXECUTION_TYPE))
+    except Exception:  # ml_metadata raises NotFoundError for a type never registered
+        return []
 
 
 def _node_context(store, pipeline: str):

@@ -66,7 +66,7 @@ def test_bless_pushes_the_held_candidate_and_records_who_and_why(held, capsys):
 
     # The same candidate again: refused, nothing new served.
     assert cli.main(argv) == 1
-    assert "already pushed" in capsys.readouterr().err
+    assert "already blessed by reviewer" in capsys.readouterr().err
     assert sorted(p.name for p in paths.serving_dir.iterdir()) == ["1"]
 
 
