@@ -59,7 +59,8 @@ class BuildContext:
         self.channels[role] = channel
 
     def note(self, node_id: str, how: str) -> None:
-        """Records how `node_id` was built for a target other than local (shown by compile)."""
+        """Records how `node_id` was built where it differs from the plain case (a target other
+        than local, an imported previous schema), for messages and `conveyor compile`."""
         self.notes[node_id] = how
 
 

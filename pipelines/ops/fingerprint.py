@@ -4,11 +4,12 @@ Importing TensorFlow and TFX costs about 20 s here, more than an unchanged re-ru
 (every component a cache hit). After each run with a final outcome (pushed, not pushed, blocked:
 what the same inputs would give again; a failure is always retried) the local runner records a
 fingerprint of everything that decides its outputs: the resolved spec, Conveyor's code, the
-dependency lock, the curated schema and the content of every input file the run reads (the
-span's, the earlier spans its training window and drift check build on, the serving logs its
-skew check reads), per span for a spec with spans. `conveyor run` compares it first; when
-nothing changed and what that run left served is still served (see `unchanged_since`), it says
-so and stops without importing anything heavy.
+dependency lock, the schema (the curated file, or the accepted one an inferring pipeline
+imports) and the content of every input file the run reads (the span's, the earlier spans its
+training window and drift check build on, the serving logs its skew check reads), per span
+for a spec with spans. `conveyor run` compares it first; when nothing changed and what that run
+left served is still served (see `unchanged_since`), it says so and stops without importing
+anything heavy.
 
 Input files are fingerprinted by content (SHA-256), not by name, size and modification time: a
 file rewritten in place with the same size and its old modification time restored is a change,
@@ -24,6 +25,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from pipelines.build.nodes.schema_gen import previous_schema
 from pipelines.build.spans import available_spans, span_files
 from pipelines.outcome import Outcome
 from pipelines.paths import CODE_PACKAGES, LOCK_FILE, RunPaths, project_file
@@ -103,6 +105,10 @@ def compute(paths: RunPaths, span: int | None = None) -> dict[str, Any]:
     schema = ""
     if spec.schema_.source is SchemaSource.FILE:
         schema = _sha(project_file(spec.schema_.path).read_bytes())
+    elif (accepted := previous_schema(spec, paths)) is not None:
+        # Inferring: the run imports the last accepted run's schema (none yet: it infers).
+        source = Path(accepted.source_file)
+        schema = file_digest(source) if source.is_file() else f"missing {source}"
     serving = serving_files(paths)
     return {
         "span": span,

@@ -13,7 +13,8 @@ Adding a component type:
   2. write its build function, `build(ctx, node_id)`, in `pipelines/build/nodes/<name>.py`: it
      reads the channels it needs from `ctx.need(role)`, adds its node with `ctx.add(...)` and
      publishes its outputs by role with `ctx.provide(...)`; `ctx.target` says which orchestrator
-     it builds for (`ctx.skip(...)` where it builds no node there, with the reason);
+     it builds for (where it builds differently there, or no node at all, it says so with
+     `ctx.note(node_id, why)`);
   3. add a `ComponentType` row below. Validation, the builder, the generated spec reference and
      the orchestrators pick it up from here.
 
@@ -92,7 +93,8 @@ COMPONENT_TYPES: dict[str, ComponentType] = {
         ),
         ComponentType(
             "schema_gen",
-            "The schema: the curated file (`schema.source: file`) or inferred from statistics.",
+            "The schema: the curated file (`schema.source: file`), or (`infer`) inferred by the "
+            "first run and then the last accepted run's, imported (see docs/schema.md).",
             f"{_NODES}.schema_gen:build",
             provides=("schema",),
             needs_when=(
@@ -103,7 +105,9 @@ COMPONENT_TYPES: dict[str, ComponentType] = {
                 ),
             ),
             on_target={
-                Orchestrator.KUBEFLOW: "the curated schema is read from the image's project root"
+                Orchestrator.KUBEFLOW: "`file`: the curated schema is read from the image's "
+                "project root; `infer`: SchemaGen infers it on every run, as the build cannot "
+                "read Kubeflow's ML Metadata for the last accepted run's schema"
             },
         ),
         ComponentType(
