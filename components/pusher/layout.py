@@ -92,10 +92,16 @@ def publish(model_dir: str, base_dir: str, record: dict) -> tuple[int, str]:
     target = os.path.join(base_dir, str(version))
     staging = os.path.join(base_dir, f"{INCOMING_PREFIX}{version}-{os.getpid()}")
     shutil.rmtree(staging, ignore_errors=True)
-    shutil.copytree(model_dir, staging)
-    with open(os.path.join(staging, PUSH_RECORD), "w") as handle:
-        json.dump({**record, "version": version}, handle, indent=2)
-    _fsync_tree(staging)
+    try:
+        shutil.copytree(model_dir, staging)
+        with open(os.path.join(staging, PUSH_RECORD), "w") as handle:
+            json.dump({**record, "version": version}, handle, indent=2)
+        _fsync_tree(staging)
+    except OSError as err:  # a full disk, say: leave nothing half-copied behind
+        shutil.rmtree(staging, ignore_errors=True)
+        raise OSError(
+            err.errno, f"could not stage version {version} in {base_dir}: {err.strerror}"
+        ) from err
     failpoint("push:copied")
     # rename() within one filesystem is atomic: the version appears complete or not at all.
     os.rename(staging, target)

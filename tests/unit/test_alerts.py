@@ -236,3 +236,33 @@ def test_an_alert_that_raises_cannot_stop_the_outcome_record(tmp_path, monkeypat
     assert "alert not delivered: RuntimeError while sending it" in out
     assert "sentinel" not in out + err
     assert (tmp_path / "runs" / "penguin" / "latest_outcome.json").is_file()
+
+
+def test_a_slow_webhook_times_out_without_holding_the_run(spec, tmp_path, monkeypatch):
+    import time
+
+    release = threading.Event()
+
+    class Slow(BaseHTTPRequestHandler):
+        def do_POST(self):  # noqa: N802 - http.server's name
+            release.wait(10)  # answers long after the alert's timeout
+            self.send_response(204)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = HTTPServer(("127.0.0.1", 0), Slow)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        monkeypatch.setenv(WEBHOOK_ENV, f"http://127.0.0.1:{server.server_port}/hook")
+        started = time.monotonic()
+        line = send_alert(spec, _result("failed", tmp_path), timeout=1)
+        waited = time.monotonic() - started
+    finally:
+        release.set()
+        server.shutdown()
+        server.server_close()
+    assert line.startswith(f"alert not delivered to the webhook in ${WEBHOOK_ENV}: ")
+    assert "timed out" in line.lower()
+    assert waited < 5  # the alert's own timeout, not the server's pace
