@@ -87,6 +87,9 @@ def open_store(spec: PipelineSpec, metadata_path: Path) -> metadata_store.Metada
 
 @dataclass
 class NodeRecord:
+    """One node's execution in a run, as ML Metadata recorded it: its `state` (a STATE_NAMES
+    value: executed, cached, failed...) and how long it took, in seconds."""
+
     node_id: str
     state: str
     seconds: float
@@ -94,6 +97,9 @@ class NodeRecord:
 
 @dataclass
 class RunRecord:
+    """One pipeline run read back from ML Metadata: what `conveyor runs`, reports and run results
+    show, without re-running anything."""
+
     run_id: str
     started_ms: int
     state: str  # succeeded / failed / running
@@ -140,6 +146,10 @@ def statistics_file(statistics_uri: str, split: str) -> Path:
 
 
 def run_record(store: metadata_store.MetadataStore, context) -> RunRecord:
+    """Reads one run (its pipeline-run `context`) from the store: each node's execution, the run's
+    state (failed if any node failed, running while any has not finished), its span, the push
+    its Pusher executed (a cached Pusher's output records an earlier run's push, so it is not
+    counted) and the data gate's findings."""
     executions = store.get_executions_by_context(context.id)
     node_type_id = store.get_context_type(NODE_CONTEXT_TYPE).id
     nodes: list[NodeRecord] = []
@@ -199,6 +209,7 @@ def list_runs(
 
 
 def find_run(store: metadata_store.MetadataStore, run_id: str) -> RunRecord | None:
+    """The run named `run_id`, or None when the store has no such run."""
     context = store.get_context_by_type_and_name(RUN_CONTEXT_TYPE, run_id)
     return run_record(store, context) if context else None
 
@@ -219,6 +230,9 @@ class PushLineage:
     trainer_run_id: str
 
     def describe(self) -> str:
+        """The lineage as aligned lines for `conveyor lineage`: the version, its run and push
+        time (UTC), the model, the spans and examples it learned from, the schema and the code
+        version."""
         pushed = datetime.datetime.fromtimestamp(
             self.pushed_at_ms / 1000, tz=datetime.timezone.utc
         ).strftime("%Y-%m-%d %H:%M:%S")

@@ -33,6 +33,8 @@ class Outcome(str, enum.Enum):
 
     @property
     def ok(self) -> bool:
+        """The run did its job: it pushed, or its model gate decided not to push (a blocked or
+        failed run is not ok)."""
         return self in (Outcome.PUSHED, Outcome.NOT_PUSHED)
 
     @property
@@ -106,4 +108,5 @@ class RunResult:
 
     @property
     def ok(self) -> bool:
+        """The run did its job (`Outcome.ok` of its outcome)."""
         return Outcome(self.outcome).ok

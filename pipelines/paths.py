@@ -76,10 +76,12 @@ class RunPaths:
 
     @property
     def input_dir(self) -> Path:
+        """Where the input CSVs (or dated span folders) are: `<workdir>/<data.input_dir>`."""
         return self.workdir / self.spec.data.input_dir
 
     @property
     def pipeline_root(self) -> Path:
+        """TFX's pipeline root, where every component writes its outputs."""
         return self.workdir / "pipeline_root" / self.spec.name
 
     @property
@@ -95,13 +97,16 @@ class RunPaths:
 
     @property
     def metadata_path(self) -> Path:
+        """The SQLite ML Metadata store (`runtime.metadata.path`); unused with a MySQL store."""
         return self.workdir / self.spec.runtime.metadata.path
 
     @property
     def runs_dir(self) -> Path:
+        """This pipeline's folder of run folders and outcome records, under `runs_root`."""
         return runs_root(self.workdir) / self.spec.name
 
     def run_dir(self, run_id: str) -> Path:
+        """One run's folder: its resolved spec, run.log, summary and report."""
         return self.runs_dir / run_id
 
     def outcome_record(self, span: int | None) -> Path:
@@ -112,6 +117,7 @@ class RunPaths:
 
     @property
     def cron_log(self) -> Path:
+        """The file the crontab entry appends its runs' output to."""
         return self.runs_dir / CRON_LOG
 
     @property

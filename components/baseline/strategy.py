@@ -12,7 +12,7 @@ from __future__ import annotations
 from ml_metadata.proto import metadata_store_pb2
 from tfx.dsl.components.common import resolver
 
-# Keys of the Resolver's input channels (see pipelines.build.nodes._all).
+# Keys of the Resolver's input channels (see pipelines.build.nodes.resolvers).
 CANDIDATE_KEY = "candidate"
 EXAMPLES_KEY = "examples"
 MODEL_KEY = "model"
@@ -39,6 +39,8 @@ class ServedModelStrategy(resolver.ResolverStrategy):
     """Resolves `model` to the latest pushed model that is not the candidate (or to nothing)."""
 
     def resolve_artifacts(self, store, input_dict):
+        """TFX's ResolverStrategy hook: `input_dict` with `model` narrowed to the latest served
+        model other than the candidate ([] before anything was pushed)."""
         del store  # The channels already hold every Model and ModelPushPath of the pipeline.
         candidates = input_dict.get(CANDIDATE_KEY) or []
         candidate_ids = {max(a.id for a in candidates)} if candidates else set()
@@ -55,6 +57,8 @@ class WarmStartModelStrategy(resolver.ResolverStrategy):
     """
 
     def resolve_artifacts(self, store, input_dict):
+        """TFX's ResolverStrategy hook: `input_dict` with `model` narrowed to the latest served
+        model not trained on this run's `examples` ([] when there is none)."""
         examples = {a.id for a in input_dict.get(EXAMPLES_KEY) or []}
 
         def trained_on_these_examples(model) -> bool:

@@ -63,6 +63,9 @@ def _anomaly_text(row: dict[str, str]) -> str:
 
 
 def anomaly_rows(anomalies_by_split: dict[str, anomalies_pb2.Anomalies]) -> list[dict[str, str]]:
+    """One {"column", "split", "description"} row per anomaly, splits and columns sorted, with a
+    "dataset" row for an anomaly of the whole split (too few examples, say): the form the
+    findings and the run report's table take."""
     rows = []
     for split, anomalies in sorted(anomalies_by_split.items()):
         for column, info in sorted(anomalies.anomaly_info.items()):
@@ -81,6 +84,7 @@ def anomaly_rows(anomalies_by_split: dict[str, anomalies_pb2.Anomalies]) -> list
 
 
 def read_anomalies(anomalies_artifact) -> dict[str, anomalies_pb2.Anomalies]:
+    """ExampleValidator's Anomalies artifact, read back as one Anomalies proto per split."""
     result = {}
     for split in artifact_utils.decode_split_names(anomalies_artifact.split_names):
         path = os.path.join(
@@ -94,6 +98,8 @@ def read_anomalies(anomalies_artifact) -> dict[str, anomalies_pb2.Anomalies]:
 
 
 def read_statistics(statistics_artifact, split: str = GATED_SPLIT):
+    """One split's DatasetFeatureStatisticsList from a StatisticsGen artifact (by default the
+    `train` split the gate measures drift and skew on)."""
     path = os.path.join(artifact_utils.get_split_uri([statistics_artifact], split), STATS_FILE)
     stats = statistics_pb2.DatasetFeatureStatisticsList()
     with open(path, "rb") as handle:

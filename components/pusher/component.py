@@ -7,4 +7,6 @@ from components.pusher import executor
 
 
 class Pusher(pusher_component.Pusher):
+    """TFX's Pusher (same inputs, outputs and parameters) run by Conveyor's executor."""
+
     EXECUTOR_SPEC = executor_spec.ExecutorClassSpec(executor.Executor)

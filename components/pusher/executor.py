@@ -43,6 +43,12 @@ class Executor(tfx_pusher_executor.Executor):
     """TFX Pusher executor with atomic, idempotent, integer-versioned filesystem pushes."""
 
     def Do(self, input_dict, output_dict, exec_properties):  # noqa: N802 - TFX's name
+        """Pushes the model as the next integer version unless a reason holds it back.
+
+        Not pushed: a model the Evaluator did not bless; a first model (no baseline) under
+        `first_run_policy: require_manual_bless`; a model identical to the served version.
+        Either way the outcome and its reason are recorded on the ModelPushPath artifact.
+        """
         self._log_startup(input_dict, output_dict, exec_properties)
         model_push = artifact_utils.get_single_instance(
             output_dict[standard_component_specs.PUSHED_MODEL_KEY]

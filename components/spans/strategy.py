@@ -16,7 +16,7 @@ from __future__ import annotations
 from ml_metadata.proto import metadata_store_pb2
 from tfx.dsl.components.common import resolver
 
-# Keys of the Resolver's input channels (see pipelines.build.nodes._all).
+# Keys of the Resolver's input channels (see pipelines.build.nodes.resolvers).
 # The resolved key is given this run's artifact (which also orders the resolver after its
 # producer) and resolves to the earlier spans; `candidates` holds every artifact of the type.
 EXAMPLES_KEY = "examples"
@@ -116,6 +116,8 @@ class TrainingWindowStrategy(resolver.ResolverStrategy):
         self._num_spans = int(num_spans)
 
     def resolve_artifacts(self, store, input_dict):
+        """TFX's ResolverStrategy hook: `input_dict` with `examples` set to the window, oldest
+        span first, this run's last ([] when this run has no Examples)."""
         current = _current(input_dict, EXAMPLES_KEY)
         if current is None:
             return {**input_dict, EXAMPLES_KEY: []}
@@ -159,6 +161,9 @@ class AcceptedPreviousStatisticsStrategy(resolver.ResolverStrategy):
     """
 
     def resolve_artifacts(self, store, input_dict):
+        """TFX's ResolverStrategy hook: `input_dict` with `statistics` set to the accepted
+        statistics of the newest earlier span and `source_examples` to the Examples they were
+        computed from (both [] when no earlier span was accepted)."""
         current = _current(input_dict, STATISTICS_KEY)
         current_span = self._source_span(store, current.id) if current is not None else None
         if current_span is None:

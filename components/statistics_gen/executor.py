@@ -63,6 +63,8 @@ class Executor(statistics_gen_executor.Executor):
     """TFX's StatisticsGen executor, given the Parquet view of its examples when there is one."""
 
     def Do(self, input_dict, output_dict, exec_properties):  # noqa: N802 - TFX's name
+        """Runs TFX's StatisticsGen over the Parquet view of the examples when there is one, else
+        the tf.Examples, and records which it read on the statistics artifact."""
         examples_key = standard_component_specs.EXAMPLES_KEY
         view = columnar_view(artifact_utils.get_single_instance(input_dict[examples_key]))
         if view is not None:

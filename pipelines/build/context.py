@@ -24,6 +24,14 @@ class BuildError(ValueError):
 
 @dataclass
 class BuildContext:
+    """The state one `build_pipeline` call threads through the build functions, node by node.
+
+    It exists so that a build function needs only `(ctx, node_id)`: the spec and its paths, the
+    orchestrator built for, the span, and the channels earlier nodes published by role.
+    `build_nodes` returns it once every node is built: the builder takes its `nodes`, and its
+    `notes` say what was built differently for the target.
+    """
+
     spec: PipelineSpec
     paths: RunPaths
     target: Orchestrator = Orchestrator.LOCAL
@@ -49,13 +57,17 @@ class BuildContext:
         return self.channels[role]
 
     def has(self, role: str) -> bool:
+        """Whether an earlier node published `role`: for inputs a build function takes only when
+        present (a span window, a drift baseline)."""
         return role in self.channels
 
     def add(self, node: Any) -> Any:
+        """Appends `node` to the pipeline's nodes, in build order, and returns it (for chaining)."""
         self.nodes.append(node)
         return node
 
     def provide(self, role: str, channel: Any) -> None:
+        """Publishes `channel` under `role` for the nodes built after this one to `need`."""
         self.channels[role] = channel
 
     def note(self, node_id: str, how: str) -> None:

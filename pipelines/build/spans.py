@@ -41,10 +41,12 @@ class SpanError(ValueError):
 
 
 def span_of_date(night: datetime.date) -> int:
+    """The span number of a dated span: days since 1970-01-01, as TFX's ExampleGen numbers it."""
     return (night - EPOCH).days
 
 
 def date_of_span(span: int) -> datetime.date:
+    """The night a dated span's number stands for: the inverse of `span_of_date`."""
     return EPOCH + datetime.timedelta(days=span)
 
 
@@ -74,7 +76,8 @@ def parse_night(
 
 
 def describe(spec: PipelineSpec, span: int | None) -> str:
-    """'2026-11-28 (span 20785)' for a dated span, 'span 7' for a numbered one."""
+    """'2026-11-28 (span 20785)' for a dated span, 'span 7' for a numbered one, 'all input
+    files' for no span: how reports and the data gate name the data a run read."""
     if span is None:
         return "all input files"
     if spec.data.dated_spans:
@@ -100,6 +103,8 @@ def span_glob(spec: PipelineSpec, input_dir: Path, span: int) -> str:
 
 
 def span_files(spec: PipelineSpec, input_dir: Path, span: int) -> list[Path]:
+    """The files of one span under `input_dir`, sorted: what ExampleGen ingests for it, and
+    so what the reader choice sizes and the run fingerprint digests (none: no data that night)."""
     return sorted(Path(p) for p in glob.glob(span_glob(spec, input_dir, span)) if Path(p).is_file())
 
 

@@ -19,6 +19,12 @@ class DataPreparationError(ValueError):
 
 
 def packaged_file(package: str, relative_path: str) -> Path:
+    """The file at `relative_path` inside the installed `package` (`data.prepare.package` and
+    `.path`): how a spec names its source data without a download or a machine-specific path.
+
+    Raises:
+      DataPreparationError: the package is not installed or holds no such file.
+    """
     found = importlib.util.find_spec(package)
     if found is None or not found.submodule_search_locations:
         raise DataPreparationError(f"data.prepare.package: package {package!r} is not installed.")

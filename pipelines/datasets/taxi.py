@@ -120,6 +120,8 @@ def write_rows(n: int, path: str | Path, seed: int = 0) -> Path:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line of `python -m pipelines.datasets.taxi N OUT_CSV [--seed S]`; exits with
+    a usage error on a negative N or seed."""
     parser = argparse.ArgumentParser(
         prog="python -m pipelines.datasets.taxi", description=__doc__.splitlines()[0]
     )
@@ -135,6 +137,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Writes N synthetic taxi rows to OUT_CSV and prints the size and time taken; returns the
+    exit status (0)."""
     args = parse_args(argv)
     start = time.perf_counter()
     written = write_rows(args.n, args.out_csv, seed=args.seed)

@@ -66,6 +66,8 @@ def write_week(
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Writes the six nights of WEEK under OUT_DIR (`<YYYY-MM-DD>/taxi.csv`) and prints each
+    night's change; returns the exit status (0)."""
     parser = argparse.ArgumentParser(
         prog="python -m pipelines.datasets.taxi_nights", description=__doc__.splitlines()[0]
     )

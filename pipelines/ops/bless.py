@@ -45,6 +45,9 @@ class BlessError(ValueError):
 
 @dataclass(frozen=True)
 class Blessed:
+    """What `bless` published: the new serving `version`, its directory (`target`) and the
+    held Model's `model_uri`, for the command to print."""
+
     version: int
     target: str
     model_uri: str

@@ -123,6 +123,9 @@ def compute(paths: RunPaths, span: int | None = None) -> dict[str, Any]:
 
 
 def served_versions(paths: RunPaths) -> list[str]:
+    """The version directories under the spec's serving directory, in ascending numeric order
+    ([] when nothing is served). An outcome record keeps them, so a skipped re-run can tell
+    when a served version was added or lost since."""
     if not paths.serving_dir.is_dir():
         return []
     return sorted((p.name for p in paths.serving_dir.iterdir() if p.name.isdigit()), key=int)

@@ -40,6 +40,8 @@ class StatisticsSource:
     created: datetime.datetime
 
     def describe(self) -> str:
+        """One line naming the split, the statistics artifact, its run and creation time and the
+        file: so a reviewer knows which data a schema diff or accept was computed from."""
         run = f"run {self.run_id}" if self.run_id else "an unknown run"
         stamp = self.created.strftime("%Y-%m-%d %H:%M:%S UTC")
         return (
@@ -50,6 +52,9 @@ class StatisticsSource:
 
 @dataclass
 class ColumnDifference:
+    """One column where the newest statistics and the curated schema disagree: TFDV's anomalies
+    (what is wrong with the data) and the changes `accept` would make to the schema."""
+
     column: str
     anomalies: list[str] = field(default_factory=list)  # TFDV: what is wrong with the data
     changes: list[str] = field(default_factory=list)  # what accepting would change
@@ -57,6 +62,9 @@ class ColumnDifference:
 
 @dataclass
 class SchemaDiff:
+    """What `diff` found: the curated schema file, the statistics it was compared with, the
+    columns that differ, and the updated schema `accept` would write."""
+
     schema_path: Path
     source: StatisticsSource
     columns: list[ColumnDifference]
@@ -64,6 +72,7 @@ class SchemaDiff:
 
     @property
     def different(self) -> bool:
+        """Whether any column differs (`conveyor schema diff` then exits with EXIT_DIFFERENT)."""
         return bool(self.columns)
 
 

@@ -43,9 +43,11 @@ class Reconciled:
 
     @property
     def changed(self) -> bool:
+        """Whether `reconcile` changed the serving directory (quarantined or removed something)."""
         return bool(self.quarantined or self.removed_leftovers)
 
     def describe(self) -> str:
+        """What was found and done, in one `serving: ...` line for the command's output."""
         parts = []
         if self.quarantined:
             parts.append(

@@ -44,6 +44,7 @@ class Run:
 
     @property
     def spec(self) -> PipelineSpec:
+        """The resolved spec (profile and `--set` overrides applied) this run builds."""
         return self.loaded.spec
 
     @property

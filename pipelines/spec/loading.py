@@ -52,10 +52,12 @@ def source_digest(folders: Iterable[str], suffixes: tuple[str, ...]) -> str:
 
 
 def list_pipelines() -> list[str]:
+    """The pipeline names `conveyor` knows: one per `pipelines/specs/<name>.yaml`, sorted."""
     return sorted(p.stem for p in SPECS_DIR.glob("*.yaml"))
 
 
 def list_profiles() -> list[str]:
+    """The environment profiles `--profile` takes: one per `configs/<name>.yaml`, sorted."""
     return sorted(p.stem for p in CONFIGS_DIR.glob("*.yaml"))
 
 
@@ -81,6 +83,12 @@ _DuplicateKeyLoader.add_constructor(
 
 
 def read_yaml(path: Path) -> dict[str, Any]:
+    """Reads one YAML mapping (a spec or a profile); an empty file reads as {}.
+
+    Raises:
+      SpecError: naming the file when it is missing, not valid YAML, gives a key twice in one
+        mapping (plain YAML would keep the last silently), or is not a mapping at the top level.
+    """
     label = relative_to_project(path)
     if not path.is_file():
         raise SpecError(f"{label}: no such file.")
@@ -199,6 +207,9 @@ class Provenance(dict):
     """Maps a key path to the file (or `--set`) that supplied it."""
 
     def source_of(self, dotted_key: str) -> str:
+        """The file (or `--set`) that supplied `dotted_key` (`a.b[0].c` form), or of its nearest
+        parent key that was supplied whole; "(defaults)" when no layer set it. Error messages use
+        it to say where a bad value came from."""
         parts = tuple(dotted_key.replace("[", ".").replace("]", "").split("."))
         for length in range(len(parts), 0, -1):
             if parts[:length] in self:

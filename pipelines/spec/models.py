@@ -180,6 +180,8 @@ class DataSpec(StrictModel):
 
     @property
     def dated_spans(self) -> bool:
+        """Whether spans are nights (`{YYYY}`/`{MM}`/`{DD}` in `span_pattern`), numbered as days
+        since 1970-01-01, rather than `{SPAN}` numbers."""
         return self.span_pattern is not None and "{YYYY}" in self.span_pattern
 
     @model_validator(mode="after")
@@ -417,8 +419,8 @@ class EvaluationSpec(StrictModel):
     first_run: FirstRunPolicy = Field(
         default=FirstRunPolicy.BLESS_ON_VALUE_THRESHOLDS,
         description="With no model served yet: `bless_on_value_thresholds` pushes a model that "
-        "passes the bounds; `require_manual_bless` pushes none (review, then re-run with the "
-        "former).",
+        "passes the bounds; `require_manual_bless` holds it for review, and a person pushes it "
+        "with `conveyor bless NAME --run RUN_ID --reason TEXT`.",
     )
 
     @model_validator(mode="after")
@@ -697,6 +699,7 @@ class RuntimeSpec(StrictModel):
 
     @property
     def beam_runner(self) -> str:
+        """The Beam runner `beam_args` choose (DirectRunner when they name none)."""
         return check_beam_args(self.beam_args)
 
 

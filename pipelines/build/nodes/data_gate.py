@@ -9,6 +9,12 @@ from pipelines.spec.components import Orchestrator
 
 
 def build(ctx: BuildContext, node_id: str) -> None:
+    """Adds the DataGate over the anomalies, statistics and examples, and registers it as a gate
+    that the Trainer waits on, so a failed check stops the run before any training.
+
+    The drift baseline (`previous_statistics`) is wired only where `data.drift` is set and an
+    earlier resolver provides it; Kubeflow builds none, so there the gate checks without drift.
+    """
     from components.data_gate.component import DataGate
     from pipelines.build import spans
 

@@ -59,6 +59,8 @@ def eval_config(spec: PipelineSpec):
 
 
 def build(ctx: BuildContext, node_id: str) -> None:
+    """Adds TFX's Evaluator with the spec's `eval_config`, against the baseline model when a
+    baseline resolver provides one, and publishes its `blessing` for the Pusher."""
     from tfx.components import Evaluator
 
     node = Evaluator(

@@ -6,6 +6,8 @@ from pipelines.build.context import BuildContext
 
 
 def build(ctx: BuildContext, node_id: str) -> None:
+    """Adds TFX's ExampleValidator over the statistics and schema, and publishes its `anomalies`
+    for the data gate."""
     from tfx.components import ExampleValidator
 
     node = ExampleValidator(

@@ -6,6 +6,9 @@ from pipelines.build.context import BuildContext
 
 
 def build(ctx: BuildContext, node_id: str) -> None:
+    """Adds Conveyor's Pusher, which publishes a blessed model under `paths.serving_dir`, and
+    publishes its `pushed_model`. `evaluation.first_run` decides whether a model blessed with no
+    baseline (the very first) is pushed."""
     from tfx.proto import pusher_pb2
 
     from components.pusher.component import Pusher

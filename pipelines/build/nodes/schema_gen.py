@@ -65,6 +65,13 @@ def previous_schema(
 
 
 def build(ctx: BuildContext, node_id: str) -> None:
+    """Adds the node that provides the `schema` role, as the module docstring describes:
+    ImportSchemaGen of the curated file (`schema.source: file`); for `infer`, SchemaGen on the
+    first run (and on Kubeflow, always), else ImportSchemaGen of the last accepted run's schema.
+
+    Raises:
+      BuildError: the last accepted run's schema file no longer exists.
+    """
     schema = ctx.spec.schema_
     if schema.source is SchemaSource.FILE:
         from tfx.components.schema_gen.import_schema_gen.component import ImportSchemaGen

@@ -8,6 +8,13 @@ TRAINER_RUN_FN = "components.trainer.run.run_fn"
 
 
 def build(ctx: BuildContext, node_id: str) -> None:
+    """Adds Conveyor's Trainer (`components.trainer.run.run_fn`) and publishes its `model`.
+
+    It trains on the span window when a resolver provides `training_examples`, else on the
+    examples; warm-starts from `warm_start_model` when `trainer.warm_start` is set; and runs
+    after every gate, so a blocked run never trains. `code_version` in its custom config makes
+    a change to the trainer code invalidate the cached model.
+    """
     from tfx.proto import trainer_pb2
 
     from components.trainer.component import Trainer
