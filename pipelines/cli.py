@@ -137,7 +137,10 @@ def cmd_run(args: argparse.Namespace) -> int:
                 print(sent, file=sys.stderr)
         raise
     try:
-        outcome = nightly.run_night(planned, force=args.force)
+        # Supervised: the pipeline runs in a child process, so that a run killed by a signal
+        # (the out-of-memory killer's SIGKILL, a scheduler's SIGTERM) still ends FAILED, with
+        # its summary and alert.
+        outcome = nightly.run_night(planned, force=args.force, supervised=True)
     except nightly.PipelineBusy as err:  # another run holds the workdir: try again later
         print(f"error: {err}", file=sys.stderr)
         return err.exit_code

@@ -20,6 +20,10 @@ from ml_metadata.proto import metadata_store_pb2
 from pipelines.spec.models import MetadataKind, PipelineSpec
 
 RUN_CONTEXT_TYPE = "pipeline_run"
+# TFX's Airflow runner still launches components the pre-IR way: its run context is of type
+# `run`, named `<pipeline>.<Airflow run id>`, with no `node` contexts (each execution carries a
+# `component_id` property instead).
+LEGACY_RUN_CONTEXT_TYPE = "run"
 NODE_CONTEXT_TYPE = "node"
 PUSHED_MODEL_TYPE = "PushedModel"
 EXAMPLES_TYPE = "Examples"
@@ -137,7 +141,32 @@ def node_id_of(store: metadata_store.MetadataStore, execution, node_type_id: int
         ),
         "",
     )
-    return name.split(".", 1)[-1] if name else f"execution {execution.id}"
+    if name:
+        return name.split(".", 1)[-1]
+    if "component_id" in execution.properties:  # TFX's Airflow runner records no node contexts
+        return execution.properties["component_id"].string_value
+    return f"execution {execution.id}"
+
+
+def node_context_type_id(store: metadata_store.MetadataStore) -> int | None:
+    """The id of TFX's `node` context type, or None in a store without one."""
+    from ml_metadata import errors
+
+    try:
+        return store.get_context_type(NODE_CONTEXT_TYPE).id
+    except errors.NotFoundError:  # a store only TFX's Airflow runner wrote
+        return None
+
+
+def run_context(store: metadata_store.MetadataStore, run_id: str):
+    """The context of the run `run_id`: a `pipeline_run` (LocalDagRunner names it after the run
+    id), or the `run` context TFX's Airflow runner records (`<pipeline>.<Airflow run id>`);
+    None when the store holds no such run."""
+    for type_name in (RUN_CONTEXT_TYPE, LEGACY_RUN_CONTEXT_TYPE):
+        context = store.get_context_by_type_and_name(type_name, run_id)
+        if context is not None:
+            return context
+    return None
 
 
 def statistics_file(statistics_uri: str, split: str) -> Path:
@@ -151,7 +180,7 @@ def run_record(store: metadata_store.MetadataStore, context) -> RunRecord:
     its Pusher executed (a cached Pusher's output records an earlier run's push, so it is not
     counted) and the data gate's findings."""
     executions = store.get_executions_by_context(context.id)
-    node_type_id = store.get_context_type(NODE_CONTEXT_TYPE).id
+    node_type_id = node_context_type_id(store)
     nodes: list[NodeRecord] = []
     pushed_version = push_reason = span = gate_findings_uri = None
     failed = running = False
@@ -210,7 +239,7 @@ def list_runs(
 
 def find_run(store: metadata_store.MetadataStore, run_id: str) -> RunRecord | None:
     """The run named `run_id`, or None when the store has no such run."""
-    context = store.get_context_by_type_and_name(RUN_CONTEXT_TYPE, run_id)
+    context = run_context(store, run_id)
     return run_record(store, context) if context else None
 
 
@@ -439,14 +468,14 @@ def read_run_artifacts(
     state says so. A node that ran more than once in the run (a retry) is its latest execution.
     Returns {} when the store holds no such run.
     """
-    context = store.get_context_by_type_and_name(RUN_CONTEXT_TYPE, run_id)
+    context = run_context(store, run_id)
     if context is None:
         return {}
-    node_type = store.get_context_type(NODE_CONTEXT_TYPE)
+    node_type_id = node_context_type_id(store)
     type_names = {t.id: t.name for t in store.get_artifact_types()}
     nodes: dict[str, NodeArtifacts] = {}
     for execution in sorted(store.get_executions_by_context(context.id), key=lambda e: e.id):
-        node_id = node_id_of(store, execution, node_type.id if node_type else None)
+        node_id = node_id_of(store, execution, node_type_id)
         node = NodeArtifacts(node_id, STATE_NAMES.get(execution.last_known_state, "unknown"))
         events = store.get_events_by_execution_ids([execution.id])
         ids = sorted({e.artifact_id for e in events})

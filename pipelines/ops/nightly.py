@@ -13,7 +13,9 @@ version or interleave fingerprints and checkpoints. What a second run does meanw
 
 Around each run, under that lock: `serving_state.reconcile` first puts serving back in step with
 ML Metadata (a run killed mid-push), and after the run `finish` retires old versions, writes the
-report, alerts and records the outcome.
+report, alerts and records the outcome. `conveyor run` runs the pipeline and its `finish` in a
+child process it supervises (`pipelines.ops.supervisor`): a run killed by a signal still ends
+FAILED, with its summary and alert.
 """
 
 from __future__ import annotations
@@ -174,9 +176,13 @@ def run_night(
     planned: Run,
     force: bool = False,
     echo: Callable[[str], None] = print,
+    supervised: bool = False,
 ) -> NightOutcome:
     """Runs one planned span (None: a spec without spans) unless it is already done and
     unchanged since its last final outcome.
+
+    `supervised` runs the pipeline in a child process (see run_planned); the unchanged check
+    stays in this one, so an unchanged night starts no process.
 
     Raises:
       PipelineBusy: another run of the pipeline holds the workdir's lock (see pipeline_lock).
@@ -184,10 +190,12 @@ def run_night(
     # The unchanged check is under the lock too: two runs that both found the night changed
     # would both run it.
     with pipeline_lock(planned.paths, _run_of(planned), echo):
-        return _run_night_locked(planned, force, echo)
+        return _run_night_locked(planned, force, echo, supervised)
 
 
-def _run_night_locked(planned: Run, force: bool, echo: Callable[[str], None]) -> NightOutcome:
+def _run_night_locked(
+    planned: Run, force: bool, echo: Callable[[str], None], supervised: bool = False
+) -> NightOutcome:
     paths, span = planned.paths, planned.span
     previous = None if force else fingerprint.unchanged_since(paths, span)
     if previous is not None:
@@ -203,7 +211,7 @@ def _run_night_locked(planned: Run, force: bool, echo: Callable[[str], None]) ->
             "anyway (every component would be a cache hit).",
             unchanged=True,
         )
-    result = run_planned(planned, echo=echo)
+    result = run_planned(planned, echo=echo, supervised=supervised)
     return NightOutcome(span, result.outcome, result.message, False, result.run_dir)
 
 
@@ -223,28 +231,52 @@ def run(
     return run_planned(Run.plan(loaded, workdir, night, span), echo)
 
 
-def run_planned(planned: Run, echo: Callable[[str], None] = print) -> RunResult:
+def run_planned(
+    planned: Run, echo: Callable[[str], None] = print, supervised: bool = False
+) -> RunResult:
     """One local run of a planned span, with what follows it (report, alert, outcome record).
+
+    Supervised (what `conveyor run` asks for), the pipeline and what follows it run in a child
+    process while this one holds the lock and waits (`pipelines.ops.supervisor`): a child
+    killed by a signal (SIGTERM, or SIGKILL from the out-of-memory killer) still gives a FAILED
+    result, a summary and an alert. Unsupervised, everything runs in this process, as a test or
+    a program that already imported TensorFlow needs (a fork would copy its threads' locks).
 
     Raises:
       PipelineBusy: another run of the pipeline holds the workdir's lock (see pipeline_lock).
     """
     # Taken before TFX is imported: a refused run answers in a fraction of a second.
     with pipeline_lock(planned.paths, _run_of(planned), echo):
-        from components.failpoints import failpoint
         from pipelines.ops import serving_state
-        from pipelines.ops.finish import finish
-        from pipelines.run import local
 
         # A run killed mid-push left serving ahead of ML Metadata: put them in step first.
         serving_state.reconcile(planned.paths, echo)
         # Taken before the run: an input file that changes while it runs must not be recorded
         # as the input this run consumed.
         inputs_fingerprint = fingerprint.compute(planned.paths, planned.span)
-        result = local.execute(planned, echo=echo)
-        failpoint("run:before_finish")
-        finish(planned, result, inputs_fingerprint, echo)
-        return result
+        if supervised:
+            from pipelines.ops.supervisor import supervise
+
+            return supervise(planned, inputs_fingerprint, execute_and_finish, echo)
+        return execute_and_finish(planned, inputs_fingerprint, echo)
+
+
+def execute_and_finish(
+    planned: Run,
+    inputs_fingerprint: dict,
+    echo: Callable[[str], None] = print,
+    run_id: str | None = None,
+) -> RunResult:
+    """Runs the pipeline (`local.execute`), then what follows it (`finish`): the part of a run
+    that imports TensorFlow, and the part a supervised run puts in its child process."""
+    from components.failpoints import failpoint
+    from pipelines.ops.finish import finish
+    from pipelines.run import local
+
+    result = local.execute(planned, echo=echo, run_id=run_id)
+    failpoint("run:before_finish")
+    finish(planned, result, inputs_fingerprint, echo)
+    return result
 
 
 def alert_missing_night(spec, span: int, message: str) -> str | None:

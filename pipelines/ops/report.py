@@ -677,6 +677,8 @@ def write_report(result: RunResult, paths: RunPaths) -> Path:
       result: the run's `RunResult` (with `run_dir` set).
       paths: the run's `RunPaths` (its metadata store, serving directory and spec).
     """
+    if not result.run_dir:  # never the current directory: a run without a folder has no page
+        raise ValueError(f"run {result.run_id} has no run folder to write its report into")
     store = open_store(paths.spec, paths.metadata_path)
     nodes = read_run_artifacts(store, result.run_id) if store is not None else {}
     target = Path(result.run_dir) / REPORT_FILE

@@ -8,6 +8,13 @@ The night: a DAG is built once, when Airflow parses the file, so the night canno
 `build_pipeline(night=...)` argument there. Built for Airflow, ExampleGen's `range_config` of a
 spec with dated spans is an Airflow template of the DAG run's logical date instead
 (`pipelines.build.nodes.example_gen`), so each night's run ingests exactly that date's span.
+
+What follows a run: the DAG file gives `airflow_dag` a final step, which becomes one more task,
+`conveyor_finish`, downstream of every TFX task with trigger rule `all_done`: it runs whether
+the night pushed, was blocked or failed, reads the DAG run back from ML Metadata and writes its
+summary and report, alerts, and records a final outcome (`pipelines.ops.finish.
+finish_airflow_run`, passed in by the DAG file: the run layer imports no operations). Being the
+DAG's only leaf, its state is the DAG run's, so it fails when the night was blocked or failed.
 """
 
 from __future__ import annotations
@@ -16,11 +23,14 @@ import datetime
 import os
 import pprint
 import zoneinfo
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from pipelines.spec.loading import LoadedSpec
 from pipelines.spec.models import Orchestrator, PipelineSpec
+
+FINAL_TASK_ID = "conveyor_finish"
 
 _DAG_FILE = '''"""Airflow DAG of the Conveyor pipeline {name!r}: written by `{command}`.
 
@@ -34,12 +44,13 @@ import os
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
+from pipelines.ops.finish import finish_airflow_run  # noqa: E402
 from pipelines.run.airflow import airflow_dag  # noqa: E402
 
 WORKDIR = {workdir!r}
 RESOLVED_SPEC = {spec}
 
-dag = airflow_dag(RESOLVED_SPEC, WORKDIR)
+dag = airflow_dag(RESOLVED_SPEC, WORKDIR, final_step=finish_airflow_run)
 '''
 
 
@@ -61,8 +72,19 @@ def dag_config(spec: PipelineSpec) -> dict[str, Any]:
     }
 
 
-def airflow_dag(resolved_spec: dict[str, Any], workdir: str):
-    """The Airflow DAG of a resolved spec (what the compiled DAG file calls)."""
+def airflow_dag(
+    resolved_spec: dict[str, Any],
+    workdir: str,
+    final_step: Callable[..., Any] | None = None,
+):
+    """The Airflow DAG of a resolved spec (what the compiled DAG file calls).
+
+    Args:
+      resolved_spec: the spec as the DAG file holds it.
+      workdir: the working directory the pipeline runs in.
+      final_step: what the final task calls once every TFX task is done (see
+        `add_final_task`); None builds the TFX tasks alone.
+    """
     os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
     from tfx.orchestration.airflow.airflow_dag_runner import (
         AirflowDagRunner,
@@ -82,7 +104,42 @@ def airflow_dag(resolved_spec: dict[str, Any], workdir: str):
         metadata_connection_config=connection_config(spec, paths.metadata_path),
     )
     runner = AirflowDagRunner(AirflowPipelineConfig(airflow_dag_config=dag_config(spec)))
-    return runner.run(pipeline)
+    dag = runner.run(pipeline)
+    if final_step is not None:
+        add_final_task(dag, final_step, resolved_spec, str(paths.workdir))
+    return dag
+
+
+def add_final_task(
+    dag, final_step: Callable[..., Any], resolved_spec: dict[str, Any], workdir: str
+):
+    """Adds the task that finishes each DAG run: downstream of every task already in `dag`, run
+    when they are all done, whatever their state (trigger rule `all_done`).
+
+    `final_step(resolved_spec, workdir, final_task_id, **context)` gets Airflow's task context
+    (`dag_run`, `ds`...). The spec is bound to it rather than passed as `op_kwargs`, which Airflow
+    renders as Jinja templates: a spec's text is data, not a template.
+
+    Returns:
+      The final task (a PythonOperator).
+    """
+    import functools
+
+    from airflow.operators.python import PythonOperator
+    from airflow.utils.trigger_rule import TriggerRule
+
+    upstream = list(dag.tasks)
+    final = PythonOperator(
+        task_id=FINAL_TASK_ID,
+        python_callable=functools.partial(final_step, resolved_spec, workdir, FINAL_TASK_ID),
+        trigger_rule=TriggerRule.ALL_DONE,
+        # A failed or blocked night fails this task on purpose; running it again changes
+        # nothing about the night.
+        retries=0,
+        dag=dag,
+    )
+    final.set_upstream(upstream)
+    return final
 
 
 def write_dag_file(

@@ -8,9 +8,14 @@ module adds only what KFP itself needs:
 - each node's container gets the profile's resources (`runtime.container.resources`: `default`,
   then the node's own entry), GPUs included;
 - custom artifact types whose names KFP's schema titles reject get a `conveyor.Name` title;
-- the job's output directory and the nightly schedule for KFP and Vertex AI.
+- the job's output directory and the nightly schedule for KFP and Vertex AI;
+- an exit handler (`components.run_finish`), which KFP runs after every task, whatever their
+  state: it alerts when the run did not succeed. With it, KFP nests the pipeline's tasks in a
+  `tfx-dag` sub-DAG, and the root DAG holds that and the exit handler.
 
-KFP records lineage in its own ML Metadata, so `runtime.metadata` is not part of a PipelineJob.
+KFP records lineage in its own ML Metadata, so `runtime.metadata` is not part of a PipelineJob,
+and the exit handler cannot read the run back: a Kubeflow run alerts, but writes no Conveyor
+report or outcome record (`conveyor run` and Airflow's final task do).
 """
 
 from __future__ import annotations
@@ -30,6 +35,9 @@ EXECUTOR_COMMAND = [
     "tfx.orchestration.kubeflow.v2.container.kubeflow_v2_run_executor",
 ]
 
+
+EXIT_HANDLER_ID = "run_finish"
+PIPELINE_DAG = "tfx-dag"  # the sub-DAG KFP puts the pipeline's tasks in when it has an exit handler
 
 # KFP's schema title for a custom artifact type (compiler_utils._SCHEMA_TITLE_RE in TFX 1.16).
 _KFP_TYPE_TITLE = re.compile(r"^[a-z][a-z0-9-_]{2,20}[.][A-Z][a-zA-Z0-9-_]{2,49}$")
@@ -100,15 +108,31 @@ def attach_resources(pipeline, spec: PipelineSpec) -> dict[str, list[str]]:
     return changes
 
 
+def job_tasks(pipeline_spec: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Task name -> task spec of every task that runs a container or a resolver: the root DAG's
+    and those of the sub-DAGs it runs (the pipeline's own `tfx-dag`, with an exit handler)."""
+    components = pipeline_spec["components"]
+    tasks: dict[str, dict[str, Any]] = {}
+    pending = [pipeline_spec["root"]["dag"]["tasks"]]
+    while pending:
+        for task, task_spec in pending.pop().items():
+            component = components.get(task_spec["componentRef"]["name"], {})
+            if "dag" in component:
+                pending.append(component["dag"]["tasks"])
+            else:
+                tasks[task] = task_spec
+    return tasks
+
+
 def _fill_missing_resources(job: dict[str, Any], spec: PipelineSpec) -> list[str]:
-    """TFX 1.16 drops platform_config for FileBasedExampleGen (its driver + executor container):
-    gives such containers their resources in the compiled job."""
+    """TFX 1.16 drops platform_config for FileBasedExampleGen (its driver + executor container)
+    and for the exit handler: gives such containers their resources in the compiled job."""
     from google.protobuf import json_format
 
     pipeline = job["pipelineSpec"]
     executors = pipeline["deploymentSpec"]["executors"]
     filled = []
-    for task, task_spec in pipeline["root"]["dag"]["tasks"].items():
+    for task, task_spec in job_tasks(pipeline).items():
         label = pipeline["components"][task_spec["componentRef"]["name"]]["executorLabel"]
         container = executors[label].get("container")
         resources = _merged_resources(spec, task)
@@ -169,6 +193,18 @@ def schedule_description(spec: PipelineSpec, job_file: str) -> dict[str, Any]:
     }
 
 
+def exit_handler(spec: PipelineSpec):
+    """The exit handler node: `components.run_finish`'s RunFinish, given the final status KFP
+    fills in and the resolved spec (the pipeline's name and its webhook's variable)."""
+    from tfx.orchestration.kubeflow.decorators import FinalStatusStr
+
+    from components.run_finish.component import RunFinish
+
+    return RunFinish(
+        final_status=FinalStatusStr(), resolved_spec=json.dumps(spec.to_yaml_dict())
+    ).with_id(EXIT_HANDLER_ID)
+
+
 def compile_pipeline(loaded: LoadedSpec, workdir: str, output: Path) -> list[Path]:
     """Writes the PipelineJob JSON to `output` and its schedule next to it; returns both."""
     from tfx.orchestration.kubeflow.v2 import kubeflow_v2_dag_runner as kfp_runner
@@ -185,6 +221,7 @@ def compile_pipeline(loaded: LoadedSpec, workdir: str, output: Path) -> list[Pat
             default_commands=EXECUTOR_COMMAND,
         ),
     )
+    runner.set_exit_handler(exit_handler(spec))
     job = runner.run(pipeline, write_out=False)
     _fill_missing_resources(job, spec)
     runtime_config = job.setdefault("runtimeConfig", {})

@@ -38,6 +38,9 @@ from pipelines.run.plan import Run
 from pipelines.spec.models import PipelineSpec
 
 REDACTED = "***"
+# components.data_gate.component.FINDINGS_FILE, named here so that reading a run back imports no
+# TFX (the process that supervises `conveyor run` reads a killed run back without TensorFlow).
+GATE_FINDINGS_FILE = "findings.json"
 
 
 class _ProgressHandler(logging.Handler):
@@ -136,6 +139,12 @@ class _Redactor(logging.Filter):
             record.stack_info = self.redact(record.stack_info)
         record._conveyor_redacted = True
         return True
+
+
+def redact(text: str, spec: PipelineSpec) -> str:
+    """`text` with the run's secrets (see `run_secrets`) masked: for a message that is written
+    to a summary, a report or an alert."""
+    return _Redactor(run_secrets(spec)).redact(text)
 
 
 def _private_dir(path: Path) -> Path:
@@ -268,17 +277,25 @@ def _collector_paused():
             gc.enable()
 
 
-def execute(planned: Run, echo: Callable[[str], None] = print) -> RunResult:
+def execute(
+    planned: Run, echo: Callable[[str], None] = print, run_id: str | None = None
+) -> RunResult:
     """Runs the planned pipeline run with LocalDagRunner; never raises for a failed component
     (the result says what failed), only for errors before the run starts.
 
     It writes the run's folder (resolved spec, run.log, summary.json) and nothing else: what
     follows a run (its report, alerts, the outcome record) is `pipelines.ops.finish`'s.
+
+    Args:
+      planned: the run as planned (spec, paths, span).
+      echo: where progress lines go.
+      run_id: the run's id (default: a new one); a supervising process names the run before
+        it starts, so that it can read the run back from ML Metadata if this process dies.
     """
     loaded, paths, span = planned.loaded, planned.paths, planned.span
     spec = loaded.spec
-    run_id = new_run_id(spec.name)
-    run_dir = _open_run_dir(planned, run_id)
+    run_id = run_id or new_run_id(spec.name)
+    run_dir = open_run_dir(planned, run_id)
     echo(
         f"run {run_id}  (profile {loaded.env}, workdir {paths.workdir}"
         + (f", night {spans.describe(spec, span)})" if span is not None else ")")
@@ -319,20 +336,32 @@ def execute(planned: Run, echo: Callable[[str], None] = print) -> RunResult:
     pipeline_seconds = time.perf_counter() - started
     echo(f"  {'pipeline':<22} {'total':<9} {pipeline_seconds:6.1f}s")
 
-    result = _summarise(spec.name, run_id, paths, failure, progress.timings)
+    result = summarise(spec.name, run_id, paths, failure, progress.timings)
     # A failure's text goes to the summary, the report and the alert: no secret in it either.
     result.message = _Redactor(secrets).redact(result.message)
     result.pipeline_seconds = round(pipeline_seconds, 2)
+    complete_result(result, spec, span, run_dir)
+    write_summary(run_dir, result)
+    return result
+
+
+def complete_result(result: RunResult, spec: PipelineSpec, span: int | None, run_dir: Path) -> None:
+    """Fills in what ML Metadata does not say about a run: its folder, and its span and night
+    when no Examples artifact recorded them (a run that failed before ExampleGen)."""
     result.run_dir = str(run_dir)
     if result.span is None:
         result.span = span
     if result.span is not None and spec.data.dated_spans:
         result.night = spans.date_of_span(result.span).isoformat()
-    _write_private(run_dir / RUN_SUMMARY, json.dumps(asdict(result), indent=2))
-    return result
 
 
-def _open_run_dir(planned: Run, run_id: str) -> Path:
+def write_summary(run_dir: Path, result: RunResult) -> Path:
+    """Writes the run's `summary.json` (owner-only, like the rest of its folder)."""
+    _private_dir(run_dir)
+    return _write_private(run_dir / RUN_SUMMARY, json.dumps(asdict(result), indent=2))
+
+
+def open_run_dir(planned: Run, run_id: str) -> Path:
     """Creates the run's folder (owner-only: its log and summary are the run's own) with the
     resolved spec in it."""
     loaded, spec = planned.loaded, planned.spec
@@ -345,15 +374,42 @@ def _open_run_dir(planned: Run, run_id: str) -> Path:
     return run_dir
 
 
-def _summarise(
+def summarise(
     pipeline: str,
     run_id: str,
     paths: RunPaths,
-    failure: Exception | None,
-    timings: dict[str, tuple[str, float]],
+    failure: BaseException | str | None = None,
+    timings: dict[str, tuple[str, float]] | None = None,
 ) -> RunResult:
-    store = open_store(paths.spec, paths.metadata_path)
-    record = find_run(store, run_id) if store is not None else None
+    """What a run did, read back from ML Metadata: the version it pushed, why it pushed none,
+    or (given `failure`) why it failed.
+
+    Shared by every runner that can read the run's store afterwards: the local runner, an
+    orchestrator's final step, and the process that supervises `conveyor run`.
+
+    Args:
+      pipeline: the pipeline's name.
+      run_id: the name of the run's context in ML Metadata (see `pipelines.metadata.find_run`).
+      paths: the pipeline's paths (its spec says where the store is).
+      failure: what stopped the run: an exception (a `DataGateError` makes the run BLOCKED, any
+        other FAILED), or a message in words (FAILED, with that message as is).
+      timings: node id -> (state, seconds) as the runner saw each node live.
+    """
+    timings = timings or {}
+    try:
+        store = open_store(paths.spec, paths.metadata_path)
+        record = find_run(store, run_id) if store is not None else None
+        unread = None
+    except Exception as err:  # the store went away (a MySQL server stopped mid-run, say)
+        record = None
+        unread = (
+            f"the run's record could not be read back from the ML Metadata store "
+            f"({_store_location(paths)}): {type(err).__name__}: {err}"
+        )
+        if failure is None:  # nothing says what the run did: it is not known to have pushed
+            failure = unread
+        elif isinstance(failure, str):
+            failure = f"{failure}; {unread}"
     nodes = record.nodes if record else []
     for node in nodes:
         # The runner saw each node live: its wall-clock beats MLMD's stamps, and it tells a
@@ -362,15 +418,27 @@ def _summarise(
         node.seconds = round(seconds, 2)
     span = record.span if record else None
     gate = _gate_findings(record)
+    if isinstance(failure, str):
+        return RunResult(
+            run_id=run_id,
+            pipeline=pipeline,
+            outcome=Outcome.FAILED,
+            message=failure,
+            pushed_version=record.pushed_version if record else None,
+            nodes=nodes,
+            span=span,
+            data_gate=gate,
+        )
     if failure is not None:
         from components.data_gate.component import DataGateError
 
         blocked = isinstance(failure, DataGateError)
+        message = str(failure) if blocked else f"{type(failure).__name__}: {failure}"
         return RunResult(
             run_id=run_id,
             pipeline=pipeline,
             outcome=Outcome.BLOCKED if blocked else Outcome.FAILED,
-            message=str(failure) if blocked else f"{type(failure).__name__}: {failure}",
+            message=f"{message}; {unread}" if unread else message,
             nodes=nodes,
             span=span,
             data_gate=failure.findings if blocked else gate,
@@ -404,11 +472,17 @@ def _summarise(
     )
 
 
+def _store_location(paths: RunPaths) -> str:
+    """Where the run's ML Metadata store is, for messages (never its password)."""
+    metadata = paths.spec.runtime.metadata
+    if metadata.kind.value == "mysql":
+        return f"MySQL database {metadata.database} at {metadata.host}:{metadata.port}"
+    return f"SQLite file {paths.metadata_path}"
+
+
 def _gate_findings(record) -> dict | None:
     """The data gate's findings.json from its output artifact (a passed or cached gate)."""
     if record is None or not record.gate_findings_uri:
         return None
-    from components.data_gate.component import FINDINGS_FILE
-
-    found = Path(record.gate_findings_uri) / FINDINGS_FILE
+    found = Path(record.gate_findings_uri) / GATE_FINDINGS_FILE
     return json.loads(found.read_text()) if found.is_file() else None

@@ -1,8 +1,9 @@
 """`conveyor compile NAME --env airflow` for a real Airflow 2 on SQLite in a temporary
 AIRFLOW_HOME: the DAG folder imports with no errors (DagBag), the DAG has the profile's schedule
-and the spec's edges, the logical date selects the night's span, and `airflow dags test` runs the
-penguin DAG to a pushed model. Airflow runs in subprocesses: it configures logging and its
-database from the environment at import."""
+and the spec's edges, the logical date selects the night's span, a final task finishes every DAG
+run, and `airflow dags test` runs the penguin DAG to a pushed model, with its summary, report and
+outcome record. Airflow runs in subprocesses: it configures logging and its database from the
+environment at import."""
 
 import datetime
 import json
@@ -16,6 +17,8 @@ import pytest
 from pipelines import cli
 from pipelines.build.builder import build_pipeline
 from pipelines.build.spans import RANGE_CONFIG_TEMPLATE
+from pipelines.paths import REPORT_FILE, RUN_SUMMARY, RunPaths
+from pipelines.run.airflow import FINAL_TASK_ID
 from pipelines.spec.loading import load_spec
 
 AIRFLOW = str(Path(sys.executable).parent / "airflow")
@@ -40,6 +43,8 @@ for dag_id, dag in bag.dags.items():
         "catchup": dag.catchup,
         "max_active_runs": dag.max_active_runs,
         "upstream": {t.task_id: sorted(t.upstream_task_ids) for t in dag.tasks},
+        "trigger_rules": {t.task_id: str(t.trigger_rule) for t in dag.tasks},
+        "leaves": sorted(t.task_id for t in dag.leaves),
     }
     # What Airflow renders for ExampleGen when the run's logical date is sys.argv[2].
     task = dag.get_task("csv_example_gen")
@@ -105,7 +110,19 @@ def test_the_dag_has_the_profiles_schedule_and_the_specs_edges(dagbag, tmp_path)
     assert dag["max_active_runs"] == 1
     pipeline = build_pipeline(load_spec("penguin", env="local").spec, tmp_path)
     edges = {n.id: sorted(u.id for u in n.upstream_nodes) for n in pipeline.components}
-    assert dag["upstream"] == edges
+    upstream = dict(dag["upstream"])
+    upstream.pop(FINAL_TASK_ID)
+    assert upstream == edges
+
+
+@pytest.mark.parametrize("name", ["penguin", "penguin_dated"])
+def test_a_final_task_runs_after_every_task_whatever_their_state(dagbag, name):
+    dag = dagbag["dags"][name]
+    tfx_tasks = sorted(set(dag["upstream"]) - {FINAL_TASK_ID})
+    assert dag["upstream"][FINAL_TASK_ID] == tfx_tasks  # downstream of every TFX task
+    assert dag["trigger_rules"][FINAL_TASK_ID] == "all_done"  # blocked or failed nights too
+    # The only leaf: its state is the DAG run's (it fails a blocked or failed night).
+    assert dag["leaves"] == [FINAL_TASK_ID]
 
 
 def test_the_logical_date_selects_the_nights_span(dagbag):
@@ -139,4 +156,14 @@ def test_airflow_dags_test_runs_penguin_to_a_pushed_model(airflow):
     spec = load_spec("penguin", env="airflow").spec
     store = metadata.open_store(spec, workdir / spec.runtime.metadata.path)
     contexts = {c.name for c in store.get_contexts()}
-    assert f"penguin.manual__{NIGHT.isoformat()}T00:00:00+00:00" in contexts  # the Airflow run
+    run_id = f"penguin.manual__{NIGHT.isoformat()}T00:00:00+00:00"
+    assert run_id in contexts  # the Airflow run
+    # The final task read that run back: its summary, report and outcome record, as after
+    # `conveyor run`.
+    paths = RunPaths(workdir=workdir.resolve(), spec=spec)
+    summary = json.loads((paths.run_dir(run_id) / RUN_SUMMARY).read_text())
+    assert summary["outcome"] == "pushed" and summary["pushed_version"] == "1"
+    assert {n["node_id"] for n in summary["nodes"]} >= {"trainer", "pusher", "data_gate"}
+    assert (paths.run_dir(run_id) / REPORT_FILE).is_file()
+    recorded = json.loads(paths.outcome_record(None).read_text())
+    assert recorded["run_id"] == run_id and recorded["outcome"] == "pushed"

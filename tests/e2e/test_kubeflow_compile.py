@@ -1,6 +1,7 @@
 """`conveyor compile NAME --env kubeflow`: every spec compiles with KubeflowV2DagRunner to a
 PipelineJob that parses strictly into kfp-pipeline-spec's protos, whose task graph is the spec's,
-and whose image, commands, Beam arguments and resources are the profile's. No cluster needed."""
+whose image, commands, Beam arguments and resources are the profile's, and whose exit handler
+gets the run's final status after every task. No cluster needed."""
 
 import importlib
 import json
@@ -12,7 +13,7 @@ from google.protobuf import json_format
 from pipelines import cli
 from pipelines.build.builder import build_pipeline
 from pipelines.paths import PROJECT_ROOT
-from pipelines.run.kubeflow import EXECUTOR_COMMAND
+from pipelines.run.kubeflow import EXECUTOR_COMMAND, EXIT_HANDLER_ID, PIPELINE_DAG, job_tasks
 from pipelines.spec import loading as config
 from pipelines.spec.loading import load_spec
 
@@ -39,7 +40,7 @@ def _executors(job: dict) -> dict[str, dict]:
     pipeline = job["pipelineSpec"]
     executors = pipeline["deploymentSpec"]["executors"]
     containers = {}
-    for task, spec in pipeline["root"]["dag"]["tasks"].items():
+    for task, spec in job_tasks(pipeline).items():
         label = pipeline["components"][spec["componentRef"]["name"]]["executorLabel"]
         if "container" in executors[label]:
             containers[task] = executors[label]["container"]
@@ -85,8 +86,9 @@ def test_the_job_parses_strictly_into_kfp_pipeline_spec(compiled, name):
 @pytest.mark.parametrize("name", config.list_pipelines())
 def test_the_task_graph_is_the_specs(compiled, name, tmp_path):
     job, _ = compiled[name]
-    tasks = job["pipelineSpec"]["root"]["dag"]["tasks"]
+    tasks = job_tasks(job["pipelineSpec"])
     graph = {task: set(spec.get("dependentTasks", [])) for task, spec in tasks.items()}
+    assert graph.pop(EXIT_HANDLER_ID) == {PIPELINE_DAG}  # after the pipeline's own tasks
     expected = _expected_dependencies(name, tmp_path)
     for resolver in SERVED_MODEL_RESOLVERS & {c.id for c in load_spec(name).spec.components}:
         expected[f"{resolver}-model-blessing-resolver"] = set()
@@ -103,7 +105,7 @@ def test_image_commands_beam_args_and_resources_are_the_profiles(compiled, name)
     containers = _executors(job)
     assert set(containers) == {c.id for c in load_spec(name).spec.components} - (
         SERVED_MODEL_RESOLVERS | BYPASSED_RESOLVERS
-    )
+    ) | {EXIT_HANDLER_ID}
     for task, container in containers.items():
         assert container["image"] == runtime.container.image, task
         assert container["command"] == EXECUTOR_COMMAND, task
@@ -155,3 +157,35 @@ def test_the_gpu_profile_gives_the_trainer_a_gpu(tmp_path):
     for task, container in containers.items():
         assert "accelerator" not in container["resources"], task
         assert container["image"] == gpu_image
+
+
+@pytest.mark.parametrize("name", config.list_pipelines())
+def test_the_exit_handler_gets_the_final_status_after_every_task(compiled, name):
+    from kfp.pipeline_spec import pipeline_spec_pb2
+
+    job, _ = compiled[name]
+    spec = pipeline_spec_pb2.PipelineSpec()
+    json_format.ParseDict(job["pipelineSpec"], spec, ignore_unknown_fields=False)
+    root = spec.root.dag.tasks
+    assert set(root) == {PIPELINE_DAG, EXIT_HANDLER_ID}
+    handler = root[EXIT_HANDLER_ID]
+    # Run once the pipeline's sub-DAG is done, whatever its state, and told that state.
+    assert list(handler.dependent_tasks) == [PIPELINE_DAG]
+    completed = pipeline_spec_pb2.PipelineTaskSpec.TriggerPolicy.ALL_UPSTREAM_TASKS_COMPLETED
+    assert handler.trigger_policy.strategy == completed
+    final_status = handler.inputs.parameters["final_status"]
+    assert final_status.task_final_status.producer_task == PIPELINE_DAG
+    # The spec it alerts for is the one compiled (its name and webhook variable).
+    resolved = handler.inputs.parameters["resolved_spec"].runtime_value.constant.string_value
+    resolved = resolved or (
+        handler.inputs.parameters["resolved_spec"].runtime_value.constant_value.string_value
+    )
+    assert json.loads(resolved) == load_spec(name, env="kubeflow").spec.to_yaml_dict()
+    # The pipeline's own tasks are all inside the sub-DAG.
+    assert set(spec.components[PIPELINE_DAG].dag.tasks) == set(job_tasks(job["pipelineSpec"])) - {
+        EXIT_HANDLER_ID
+    }
+    executor = _executors(job)[EXIT_HANDLER_ID]
+    assert executor["args"][executor["args"].index("--executor_class_path") + 1] == (
+        "components.run_finish.component.RunFinish_Executor"
+    )

@@ -148,7 +148,7 @@ def test_a_backfill_holds_the_lock_for_all_its_nights_without_deadlock(tmp_path,
         (folder / "taxi.csv").write_text("fare,tips\n1.0,0.0\n")
     holders = []
 
-    def pushed(planned: Run, echo=print) -> RunResult:
+    def pushed(planned: Run, echo=print, run_id=None) -> RunResult:
         holders.append(json.loads(nightly.owner_file(paths.lock_file).read_text())["what"])
         return RunResult(None, "taxi", Outcome.NOT_PUSHED, "nothing pushed", span=planned.span)
 

@@ -2,8 +2,9 @@
 never loses its good version, and the next run repairs what the killed one left so that ML
 Metadata and serving agree again.
 
-The phases, in the order a push goes through them (components/failpoints.py kills the process
-with SIGKILL at each, as the OOM killer would):
+The phases, in the order a push goes through them (components/failpoints.py kills the pipeline
+process with SIGKILL at each, as the OOM killer would; `conveyor run`, its supervising parent,
+survives and reports the run FAILED, naming the signal):
   push:copied        the new version is copied and flushed, not yet renamed into place;
   push:renamed       the version is served, ML Metadata has not recorded the push;
   retain:hidden      after the run, an old version is half-retired (renamed, not deleted);
@@ -23,6 +24,7 @@ import pytest
 from components.failpoints import ENV as FAILPOINT
 from components.pusher import layout
 from pipelines.ops import serving_state
+from pipelines.outcome import EXIT_FAILED
 from pipelines.paths import PROJECT_ROOT, RunPaths
 from pipelines.spec.loading import load_spec
 
@@ -30,7 +32,7 @@ pytestmark = pytest.mark.e2e
 
 CONVEYOR = str(Path(sys.executable).with_name("conveyor"))
 ANY_MODEL = ["evaluation.metrics=[{name: SparseCategoricalAccuracy, lower_bound: 0.0}]"]
-KILLED = -9  # what subprocess reports for a child ended by SIGKILL
+KILLED = "FAILED: the run was killed by SIGKILL (out of memory?)"  # the parent's verdict
 
 
 def _run(workdir: Path, steps: int, *extra: str, failpoint: str | None = None):
@@ -43,6 +45,12 @@ def _run(workdir: Path, steps: int, *extra: str, failpoint: str | None = None):
     return subprocess.run(
         argv, cwd=PROJECT_ROOT, env=env, capture_output=True, text=True, timeout=600
     )
+
+
+def _assert_killed(run: subprocess.CompletedProcess, where: str) -> None:
+    """The pipeline process died by SIGKILL `where`; its parent said so and exited FAILED."""
+    assert run.returncode == EXIT_FAILED, run.stdout + run.stderr
+    assert f"{KILLED} {where}" in run.stdout, run.stdout
 
 
 class Serving:
@@ -94,7 +102,7 @@ def test_killed_while_copying_serving_keeps_version_1_and_the_next_run_cleans_up
 
     killed = _run(workdir, 21, failpoint="push:copied")
 
-    assert killed.returncode == KILLED
+    _assert_killed(killed, "during pusher")
     assert serving.versions() == [1] and serving.digests() == before
     assert [n for n in serving.leftovers() if n.startswith(layout.INCOMING_PREFIX)]
     assert serving.recorded() == {1}
@@ -111,7 +119,7 @@ def test_killed_after_the_rename_before_the_record_the_unknown_version_is_quaran
 
     killed = _run(workdir, 22, failpoint="push:renamed")
 
-    assert killed.returncode == KILLED
+    _assert_killed(killed, "during pusher")
     # The new version is visible, but ML Metadata never heard of it: out of step.
     assert serving.versions() == [1, 2, 3] and serving.recorded() == {1, 2}
     assert {v: d for v, d in serving.digests().items() if v < 3} == before
@@ -133,7 +141,7 @@ def test_killed_while_retiring_the_newest_version_stays_and_the_next_run_finishe
 
     killed = _run(workdir, 23, "push.keep_versions=1", failpoint="retain:hidden")
 
-    assert killed.returncode == KILLED
+    _assert_killed(killed, "after the pipeline had ended (pushed version 4 ")
     # Version 4 was pushed and recorded; retention died after hiding version 1.
     assert 4 in serving.versions() and 4 in serving.recorded()
     assert [n for n in serving.leftovers() if n.startswith(layout.RETIRED_PREFIX)]
@@ -151,7 +159,7 @@ def test_killed_after_the_pipeline_before_its_report_and_record(workdir):
 
     killed = _run(workdir, 24, "push.keep_versions=1", failpoint="run:before_finish")
 
-    assert killed.returncode == KILLED
+    _assert_killed(killed, "after the pipeline had ended (pushed version 5 ")
     # The push itself is complete and recorded; only what follows a run is missing.
     assert serving.versions()[-1] == 5 and 5 in serving.recorded()
 

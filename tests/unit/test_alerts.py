@@ -195,7 +195,7 @@ def _blocked_run(tmp_path, monkeypatch):
     csv.parent.mkdir(parents=True)
     csv.write_text("species,island\nAdelie,Biscoe\n")
 
-    def blocked(planned, echo=print):
+    def blocked(planned, echo=print, run_id=None):
         run_dir = planned.paths.run_dir("penguin-20261201T020000.000000Z")
         run_dir.mkdir(parents=True)
         return RunResult(

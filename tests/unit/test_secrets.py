@@ -83,7 +83,7 @@ def test_a_run_folder_is_its_owners_alone_whatever_the_umask(tmp_path, umask_zer
     loaded = load_spec("penguin", env="ci")
     planned = Run(loaded, RunPaths(workdir=tmp_path, spec=loaded.spec), None)
 
-    run_dir = local._open_run_dir(planned, "penguin-20261201T020000.000000Z")
+    run_dir = local.open_run_dir(planned, "penguin-20261201T020000.000000Z")
     with local._captured_logs(local._ProgressHandler(lambda line: None), run_dir / "run.log"):
         absl_logging.info("a line")
     local._write_private(run_dir / "summary.json", "{}")

@@ -1,0 +1,1 @@
+"""The exit handler of a Kubeflow pipeline: alerts when the run failed (see component.py)."""

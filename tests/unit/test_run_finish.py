@@ -1,0 +1,370 @@
+"""What finishes an orchestrated run, without the orchestrator.
+
+Airflow's final task against a real SQLite ML Metadata store written the way TFX's Airflow
+runner writes one (its legacy launcher: a `run` context named `<pipeline>.<Airflow run id>`,
+executions with a `component_id` property, a failed task's execution left RUNNING), with the
+DAG run's task states as Airflow would hand them: a failed night, a blocked night and a pushed
+night each get the summary, report, alert and outcome record `conveyor run` gives them.
+
+Kubeflow's exit handler with the final-status JSON KFP passes it, against a webhook on
+127.0.0.1: a failed run alerts, a succeeded run does not.
+"""
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from ml_metadata.metadata_store import metadata_store
+from ml_metadata.proto import metadata_store_pb2 as mlmd
+
+from pipelines.metadata import connection_config
+from pipelines.ops import finish
+from pipelines.paths import REPORT_FILE, RUN_SUMMARY, RunPaths
+from pipelines.spec.loading import load_spec
+
+WEBHOOK_ENV = "CONVEYOR_TEST_WEBHOOK"
+DAG_RUN_ID = "scheduled__2026-11-28T02:00:00+00:00"
+NIGHT = "2026-11-28"
+SPAN = 20785  # days from 1970-01-01 to NIGHT: TFX's number of that dated span
+DATED = ["name=penguin_dated", 'data.span_pattern="{YYYY}-{MM}-{DD}/*.csv"']
+TASKS = ["csv_example_gen", "statistics_gen", "data_gate", "trainer", "pusher"]
+
+
+@pytest.fixture
+def webhook(monkeypatch):
+    """A server on 127.0.0.1 that records each alert POSTed to it; its URL is in $WEBHOOK_ENV."""
+    received: list[dict] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self):  # noqa: N802 - http.server's name
+            length = int(self.headers["Content-Length"])
+            received.append(json.loads(self.rfile.read(length)))
+            self.send_response(204)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = HTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    monkeypatch.setenv(WEBHOOK_ENV, f"http://127.0.0.1:{server.server_port}/hooks/nightly")
+    try:
+        yield received
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.fixture
+def night(tmp_path):
+    """A dated penguin spec (alerting to $WEBHOOK_ENV) with the night's input in place."""
+    loaded = load_spec(
+        "penguin", env="ci", overrides=[*DATED, f"runtime.alert_webhook_env={WEBHOOK_ENV}"]
+    )
+    paths = RunPaths(workdir=tmp_path.resolve(), spec=loaded.spec)
+    (paths.input_dir / NIGHT).mkdir(parents=True)
+    (paths.input_dir / NIGHT / "penguins.csv").write_text("species,island\nAdelie,Biscoe\n")
+    return loaded.spec, paths
+
+
+class LegacyStore:
+    """Writes one DAG run into a SQLite store as TFX's Airflow runner (legacy launcher) does."""
+
+    def __init__(self, spec, paths: RunPaths, dag_run_id: str):
+        self.store = metadata_store.MetadataStore(connection_config(spec, paths.metadata_path))
+        self.paths = paths
+        self.pipeline = spec.name
+        self.dag_run_id = dag_run_id
+        pipeline_type = self._context_type("pipeline", ["pipeline_name"])
+        run_type = self._context_type("run", ["pipeline_name", "run_id"])
+        self.component_type = self._context_type(
+            "component_run", ["pipeline_name", "run_id", "component_id"]
+        )
+        self.pipeline_context = self._context(pipeline_type, spec.name)
+        self.run_context = self._context(run_type, f"{spec.name}.{dag_run_id}")
+
+    def _context_type(self, name: str, properties: list[str]) -> int:
+        context_type = mlmd.ContextType(name=name)
+        for key in properties:
+            context_type.properties[key] = mlmd.STRING
+        return self.store.put_context_type(context_type)
+
+    def _context(self, type_id: int, name: str) -> mlmd.Context:
+        [context_id] = self.store.put_contexts([mlmd.Context(type_id=type_id, name=name)])
+        return self.store.get_contexts_by_id([context_id])[0]
+
+    def execution(
+        self, component_id: str, state: str, outputs: dict[str, mlmd.Artifact] | None = None
+    ) -> int:
+        """One component's execution: state `complete`, `cached` or `new` (what a failed one
+        stays at), with its output artifacts."""
+        execution_type = mlmd.ExecutionType(name=f"tfx.components.{component_id}")
+        for key in ("state", "component_id", "run_id", "pipeline_name", "pipeline_root"):
+            execution_type.properties[key] = mlmd.STRING
+        type_id = self.store.put_execution_type(
+            execution_type, can_add_fields=True, can_omit_fields=True
+        )
+        execution = mlmd.Execution(type_id=type_id)
+        for key, value in {
+            "state": state,
+            "component_id": component_id,
+            "run_id": self.dag_run_id,
+            "pipeline_name": self.pipeline,
+            "pipeline_root": str(self.paths.pipeline_root),
+        }.items():
+            execution.properties[key].string_value = value
+        execution.last_known_state = {
+            "complete": mlmd.Execution.COMPLETE,
+            "cached": mlmd.Execution.CACHED,
+            "new": mlmd.Execution.RUNNING,
+        }[state]
+        component = self._context(
+            self.component_type, f"{self.pipeline}.{self.dag_run_id}.{component_id}"
+        )
+        contexts = [self.pipeline_context, self.run_context, component]
+        artifacts_and_events = []
+        for key, artifact in (outputs or {}).items():
+            event = mlmd.Event(type=mlmd.Event.OUTPUT)
+            event.path.steps.add().key = key
+            artifacts_and_events.append((artifact, event))
+        execution_id, _, _ = self.store.put_execution(execution, artifacts_and_events, contexts)
+        return execution_id
+
+    def artifact(self, type_name: str, uri: str, **custom) -> mlmd.Artifact:
+        type_id = self.store.put_artifact_type(mlmd.ArtifactType(name=type_name))
+        artifact = mlmd.Artifact(type_id=type_id, uri=uri, state=mlmd.Artifact.LIVE)
+        for key, value in custom.items():
+            if isinstance(value, int):
+                artifact.custom_properties[key].int_value = value
+            else:
+                artifact.custom_properties[key].string_value = value
+        return artifact
+
+    def examples(self) -> int:
+        uri = str(self.paths.pipeline_root / "csv_example_gen" / "examples" / "1")
+        return self.execution(
+            "csv_example_gen", "complete", {"examples": self.artifact("Examples", uri, span=SPAN)}
+        )
+
+
+def _dag_run(states: dict[str, str]):
+    """What Airflow hands the final task: the DAG run, with each task instance's state."""
+    instances = [SimpleNamespace(task_id=t, state=s) for t, s in states.items()]
+    instances.append(SimpleNamespace(task_id="conveyor_finish", state="running"))
+    return SimpleNamespace(run_id=DAG_RUN_ID, get_task_instances=lambda: instances)
+
+
+def _finish(spec, paths, states: dict[str, str]):
+    lines: list[str] = []
+    result = finish.finish_dag_run(
+        spec.to_yaml_dict(),
+        str(paths.workdir),
+        _dag_run(states),
+        ds=NIGHT,
+        echo=lines.append,
+        final_task_id="conveyor_finish",
+    )
+    return result, lines
+
+
+def test_a_failed_night_gets_its_summary_report_and_alert_and_no_outcome_record(night, webhook):
+    spec, paths = night
+    store = LegacyStore(spec, paths, DAG_RUN_ID)
+    store.examples()
+    store.execution("statistics_gen", "complete")
+    store.execution("data_gate", "complete")
+    store.execution("trainer", "new")  # it raised: TFX's Airflow runner never marks it failed
+    states = dict.fromkeys(TASKS, "success") | {"trainer": "failed", "pusher": "upstream_failed"}
+
+    result, lines = _finish(spec, paths, states)
+
+    run_id = f"penguin_dated.{DAG_RUN_ID}"
+    assert result.run_id == run_id and result.outcome == "failed"
+    assert result.message == (
+        f"task trainer failed in Airflow DAG run {DAG_RUN_ID}; its log says why"
+    )
+    assert result.span == SPAN and result.night == NIGHT
+    nodes = {n.node_id: n.state for n in result.nodes}
+    assert nodes == {
+        "csv_example_gen": "executed",
+        "statistics_gen": "executed",
+        "data_gate": "executed",
+        "trainer": "running",
+    }
+    run_dir = paths.run_dir(run_id)
+    summary = json.loads((run_dir / RUN_SUMMARY).read_text())
+    assert summary["outcome"] == "failed" and summary["message"] == result.message
+    assert (run_dir / REPORT_FILE).is_file() and f"report: {run_dir / REPORT_FILE}" in lines
+    [alert] = webhook
+    assert alert["outcome"] == "failed" and alert["run_id"] == run_id
+    assert alert["night"] == NIGHT and alert["report"] == str(run_dir / REPORT_FILE)
+    assert not paths.outcome_record(SPAN).exists()  # a failure is retried
+
+
+def test_a_night_the_data_gate_refused_is_blocked_with_its_findings_and_recorded(night, webhook):
+    spec, paths = night
+    store = LegacyStore(spec, paths, DAG_RUN_ID)
+    store.examples()
+    store.execution("statistics_gen", "complete")
+    gate = store.execution("data_gate", "new")
+    findings = {
+        "passed": False,
+        "anomalies": [{"column": "island", "split": "train", "description": "Unexpected value"}],
+        "drift": [],
+        "skew": [],
+        "drift_against": None,
+        "notes": [],
+    }
+    # Where the gate writes before it raises: <pipeline root>/<node>/<output key>/<execution>.
+    folder = paths.pipeline_root / "data_gate" / "findings" / str(gate)
+    folder.mkdir(parents=True)
+    (folder / "findings.json").write_text(json.dumps(findings))
+    # An earlier run's findings must not be taken for this run's.
+    stale = paths.pipeline_root / "data_gate" / "findings" / str(gate + 100)
+    stale.mkdir(parents=True)
+    (stale / "findings.json").write_text(json.dumps({**findings, "anomalies": []}))
+    states = dict.fromkeys(TASKS, "success") | {
+        "data_gate": "failed",
+        "trainer": "upstream_failed",
+        "pusher": "upstream_failed",
+    }
+
+    result, _ = _finish(spec, paths, states)
+
+    assert result.outcome == "blocked"
+    assert result.message.startswith(f"Data gate: the data in {paths.input_dir} ({NIGHT} (span")
+    assert result.message.endswith("1 problem: island (train split): Unexpected value")
+    assert result.data_gate == findings
+    [alert] = webhook
+    assert alert["outcome"] == "blocked" and alert["data_gate"] == findings
+    # Blocked is final: the same night with the same data would be blocked again.
+    recorded = json.loads(paths.outcome_record(SPAN).read_text())
+    assert recorded["outcome"] == "blocked" and recorded["run_id"] == result.run_id
+
+
+def test_a_pushed_night_is_recorded_and_sends_no_alert(night, webhook):
+    spec, paths = night
+    store = LegacyStore(spec, paths, DAG_RUN_ID)
+    store.examples()
+    for component in ("statistics_gen", "data_gate", "trainer"):
+        store.execution(component, "cached" if component == "statistics_gen" else "complete")
+    pushed = store.artifact(
+        "PushedModel",
+        str(paths.pipeline_root / "pusher" / "pushed_model" / "9"),
+        pushed=1,
+        pushed_version="3",
+    )
+    store.execution("pusher", "complete", {"pushed_model": pushed})
+
+    result, _ = _finish(spec, paths, dict.fromkeys(TASKS, "success"))
+
+    assert result.outcome == "pushed" and result.pushed_version == "3"
+    assert result.message == f"pushed version 3 to {paths.serving_dir / '3'}"
+    assert {n.node_id: n.state for n in result.nodes}["statistics_gen"] == "cached"
+    assert webhook == []
+    recorded = json.loads(paths.outcome_record(SPAN).read_text())
+    assert recorded["outcome"] == "pushed"
+    assert recorded["run_id"] == f"penguin_dated.{DAG_RUN_ID}"
+
+
+def test_a_night_whose_tasks_did_not_run_through_is_failed_not_recorded(night, webhook):
+    spec, paths = night  # no store at all: nothing ran
+    result, _ = _finish(spec, paths, dict.fromkeys(TASKS, "success") | {"pusher": "skipped"})
+    assert result.outcome == "failed"
+    assert result.message == (
+        f"tasks did not run through in Airflow DAG run {DAG_RUN_ID}: pusher (skipped)"
+    )
+    assert [a["outcome"] for a in webhook] == ["failed"]
+    assert not paths.outcome_record(SPAN).exists()
+
+
+# --- Kubeflow's exit handler -------------------------------------------------------------------
+
+FAILED_STATUS = {
+    "state": "FAILED",
+    "error": {
+        "code": 9,
+        "message": "The DAG failed because some tasks failed. The failed tasks are: [trainer].",
+    },
+    "pipelineJobResourceName": "projects/7/locations/europe-west4/pipelineJobs/penguin-20261128",
+    "pipelineTaskName": "tfx-dag",
+}
+
+
+@pytest.fixture
+def resolved_spec():
+    spec = load_spec(
+        "penguin", env="kubeflow", overrides=[f"runtime.alert_webhook_env={WEBHOOK_ENV}"]
+    ).spec
+    return json.dumps(spec.to_yaml_dict())
+
+
+def test_the_exit_handler_alerts_for_a_failed_kubeflow_run(resolved_spec, webhook):
+    from components.run_finish.component import alert_final_status
+
+    said = alert_final_status(json.dumps(FAILED_STATUS), resolved_spec)
+
+    job = FAILED_STATUS["pipelineJobResourceName"]
+    message = f"the Kubeflow run {job} ended FAILED: {FAILED_STATUS['error']['message']}"
+    assert said.startswith(f"penguin: FAILED: {message}; alert sent (failed) to the webhook")
+    [alert] = webhook
+    assert alert["pipeline"] == "penguin" and alert["outcome"] == "failed"
+    assert alert["run_id"] == job and alert["reason"] == message
+    assert alert["report"] is None  # KFP's metadata is not readable here: no report
+
+
+def test_the_exit_handler_sends_nothing_for_a_succeeded_run(resolved_spec, webhook):
+    from components.run_finish.component import alert_final_status
+
+    succeeded = {"state": "SUCCEEDED", "pipelineJobResourceName": "jobs/penguin-1"}
+    said = alert_final_status(json.dumps(succeeded), resolved_spec)
+
+    assert said == "penguin: the run succeeded; no alert"
+    assert webhook == []
+
+
+def test_the_exit_handler_reads_a_cancelled_run_without_an_error_as_failed():
+    from components.run_finish.component import final_status_result
+
+    result = final_status_result(json.dumps({"state": "CANCELLED"}), "penguin")
+    assert result.outcome == "failed" and result.run_id is None
+    assert result.message == (
+        "the Kubeflow run (unnamed) ended CANCELLED (KFP gave no error message)"
+    )
+
+
+def test_the_exit_handler_refuses_text_that_is_not_a_final_status():
+    from google.protobuf import json_format
+
+    from components.run_finish.component import final_status_result
+
+    with pytest.raises(json_format.ParseError):
+        final_status_result('{"state": ["not", "a", "string"]}', "penguin")
+    with pytest.raises(json_format.ParseError):
+        final_status_result("not json", "penguin")
+
+
+def test_the_report_reads_an_airflow_run_back(night):
+    """The report and `find_run` find a run TFX's Airflow runner recorded (no `node` contexts)."""
+    from pipelines.metadata import find_run, open_store, read_run_artifacts
+
+    spec, paths = night
+    store = LegacyStore(spec, paths, DAG_RUN_ID)
+    store.examples()
+    run_id = f"penguin_dated.{DAG_RUN_ID}"
+    record = find_run(open_store(spec, paths.metadata_path), run_id)
+    assert record.span == SPAN and [n.node_id for n in record.nodes] == ["csv_example_gen"]
+    nodes = read_run_artifacts(open_store(spec, paths.metadata_path), run_id)
+    assert nodes["csv_example_gen"].output("examples").get("span") == SPAN
+    assert Path(nodes["csv_example_gen"].output("examples").uri).name == "1"
+
+
+def test_the_findings_file_is_named_as_the_data_gate_writes_it():
+    from components.data_gate.component import FINDINGS_FILE
+    from pipelines.run.local import GATE_FINDINGS_FILE
+
+    assert GATE_FINDINGS_FILE == FINDINGS_FILE
