@@ -1,5 +1,7 @@
 """TFX's file-based ExampleGen with the Arrow CSV executor: same driver, outputs and caching."""
 
+from collections.abc import Mapping
+
 from google.protobuf import struct_pb2
 from tfx.components.example_gen import component as example_gen_component
 from tfx.dsl.components.base import executor_spec
@@ -13,6 +15,7 @@ class ArrowCsvExampleGen(example_gen_component.FileBasedExampleGen):
 
     TFX's FileBasedDriver still resolves spans and versions and fingerprints the input files,
     so caching, span patterns and ML Metadata registration are those of any ExampleGen.
+    `required_columns` (column -> what in the spec names it) must be in the header.
     """
 
     EXECUTOR_SPEC = executor_spec.BeamExecutorSpec(executor.Executor)
@@ -23,6 +26,7 @@ class ArrowCsvExampleGen(example_gen_component.FileBasedExampleGen):
         input_base: str,
         output_config: example_gen_pb2.Output,
         bad_rows: str = "fail",
+        required_columns: Mapping[str, str] | None = None,
         code_version: str = "",
         input_config: example_gen_pb2.Input | None = None,
         range_config=None,
@@ -30,7 +34,13 @@ class ArrowCsvExampleGen(example_gen_component.FileBasedExampleGen):
         options = struct_pb2.Struct()
         # The code version is part of the exec properties so that a change to this reader
         # invalidates cached outputs it produced (TFX's cache key ignores executor code).
-        options.update({executor.BAD_ROWS_OPTION: bad_rows, "code_version": code_version})
+        options.update(
+            {
+                executor.BAD_ROWS_OPTION: bad_rows,
+                executor.REQUIRED_COLUMNS_OPTION: dict(required_columns or {}),
+                "code_version": code_version,
+            }
+        )
         custom_config = example_gen_pb2.CustomConfig()
         custom_config.custom_config.Pack(options)
         super().__init__(

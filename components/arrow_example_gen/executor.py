@@ -15,9 +15,10 @@ It keeps TFX's contracts, so every downstream component reads its output unchang
 - splits by `partition_feature_name` hash exactly as TFX's (same rows in the same split);
   without one, by a stable hash of each row's values (TFX hashes its own serialisation, which
   the encoder does not reproduce byte for byte; the proportions are the same).
-Malformed rows (a wrong number of fields) are reported with file and line and either stop the
-run or are skipped and counted, as the spec says; an unterminated quote or bytes that are not
-UTF-8 stop it, naming file and line.
+Bad input gets the verdict, in the same words, that TFX's reader gets from Conveyor's
+(components/csv_input/checks.py): malformed rows (a wrong number of fields) are reported with
+file and line and either stop the run or are skipped and counted, as the spec says; an empty or
+header-only file, a quote never closed, bytes that are not UTF-8 or a field too long stop it.
 
 Beside the TFRecords it writes the same rows as Parquet (`conveyor_columnar/Split-<name>/`,
 outside every `Split-*` pattern, so no TFX reader sees it), in exactly the Arrow layout tfx_bsl's
@@ -29,7 +30,6 @@ TFX's own Parquet TFXIO. The tf.Examples stay the artifact's payload for every o
 from __future__ import annotations
 
 import bisect
-import csv
 import glob
 import hashlib
 import json
@@ -52,6 +52,9 @@ from tfx.proto import example_gen_pb2
 from tfx.types import artifact_utils, standard_component_specs
 from tfx.utils import proto_utils
 
+from components.csv_input import checks
+from components.csv_input.checks import CsvInputError
+
 # pyarrow parses this much at a time. Its streaming CSV reader also reads up to 32 blocks ahead
 # of the parser (Arrow's background generator; no option sets that), so memory grows with the
 # input until 32 blocks are held: with 16 MB blocks the reader alone peaked at 1.4 GB for 1.5M
@@ -67,10 +70,7 @@ COLUMNAR_PREFIX = "data_parquet"
 COLUMNAR_PROPERTY = "conveyor_columnar_split_patterns"
 SKIPPED_ROWS_PROPERTY = "conveyor_skipped_rows"
 BAD_ROWS_OPTION = "bad_rows"
-
-
-class CsvInputError(ValueError):
-    """The CSV input cannot be read as the spec says; the message names file and line."""
+REQUIRED_COLUMNS_OPTION = "required_columns"  # column -> what in the spec names it
 
 
 # The type lattice TFX's CSV decoder uses: a column takes the widest type any of its cells needs.
@@ -117,32 +117,6 @@ class CsvSurvey:
     skipped: list[str] = field(default_factory=list)
 
 
-def _locate_unreadable_line(path: str) -> str:
-    """File and line of the first non-UTF-8 bytes or the quote left open, for the error."""
-    open_quote_line = None
-    with open(path, "rb") as handle:
-        for number, raw in enumerate(handle, start=1):
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError:
-                return f"{path}, line {number}: bytes that are not UTF-8"
-            if line.count('"') % 2:
-                open_quote_line = None if open_quote_line else number
-    if open_quote_line:
-        return f"{path}, line {open_quote_line}: a quoted field is never closed"
-    return f"{path}: unreadable"
-
-
-def _has_open_quote(path: str) -> bool:
-    """An odd number of quote characters: some quoted field never closes (doubled quotes,
-    CSV's escape, count twice). A C-speed scan, so every file can afford it."""
-    quotes = 0
-    with open(path, "rb") as handle:
-        for chunk in iter(lambda: handle.read(BLOCK_BYTES), b""):
-            quotes += chunk.count(b'"')
-    return quotes % 2 == 1
-
-
 def _open(path: str, column_types: dict[str, pa.DataType] | None, on_invalid, threads: bool):
     return pacsv.open_csv(
         path,
@@ -159,29 +133,34 @@ def _open(path: str, column_types: dict[str, pa.DataType] | None, on_invalid, th
     )
 
 
-def _header(path: str) -> list[str]:
-    with open(path, "rb") as handle:
-        first = handle.readline()
-    if not first.strip():
-        raise CsvInputError(f"{path} is empty: expected a header line and rows")
-    try:
-        return next(csv.reader([first.decode("utf-8")]))
-    except UnicodeDecodeError:
-        raise CsvInputError(f"{path}, line 1: the header has bytes that are not UTF-8") from None
+def _refuse(
+    paths: list[str], required: dict[str, str] | None, skip_bad_rows: bool, found: str
+) -> CsvInputError:
+    """The error for input this reader's parser refused (`found`, its own words): the check's
+    message, which names file and line as TFX's reader would be told (checks.py)."""
+    problem = checks.first_problem(paths, required, skip_bad_rows)
+    # The check finding nothing where pyarrow did is a parser difference: say what pyarrow saw.
+    return CsvInputError(problem or found)
 
 
-def survey(paths: list[str], skip_bad_rows: bool) -> CsvSurvey:
-    """First pass: the header, each column's type over all rows, and the malformed rows."""
+def survey(
+    paths: list[str], skip_bad_rows: bool, required: dict[str, str] | None = None
+) -> CsvSurvey:
+    """First pass: the header, each column's type over all rows, and the malformed rows.
+
+    Bad input is refused by components/csv_input/checks.py, in the words TFX's reader gets:
+    the header (and `required` columns, column -> what in the spec names it) always; the whole
+    check when the byte scan finds what pyarrow may read otherwise than Python's csv module,
+    or when pyarrow reports a malformed row, a field over the check's limit or a parse error.
+    """
     if not paths:
         raise CsvInputError("no CSV files to read")
-    columns = _header(paths[0])
+    columns = checks.check_headers(paths, required)
+    if any(checks.needs_full_check(path) for path in paths):
+        checks.check_inputs(paths, required, skip_bad_rows)
     types = dict.fromkeys(columns, UNKNOWN)
     result = CsvSurvey(columns=columns, types=types)
     for path in paths:
-        header = _header(path)
-        if header != columns:
-            raise CsvInputError(f"{path}: its header {header} differs from {paths[0]}'s {columns}")
-
         problems: list[str] = []
 
         def on_invalid(row, path=path, problems=problems):
@@ -193,8 +172,6 @@ def survey(paths: list[str], skip_bad_rows: bool) -> CsvSurvey:
             )
             return "skip"
 
-        if _has_open_quote(path):
-            raise CsvInputError(_locate_unreadable_line(path))
         as_text = dict.fromkeys(columns, pa.string())
         try:
             reader = _open(path, as_text, on_invalid, threads=False)  # threads hide line numbers
@@ -203,17 +180,31 @@ def survey(paths: list[str], skip_bad_rows: bool) -> CsvSurvey:
                     break
                 result.rows += batch.num_rows
                 for name, values in zip(batch.schema.names, batch.columns, strict=True):
+                    # Bytes bound characters from above, and are 20 times faster to count.
+                    longest = pc.max(pc.binary_length(values)).as_py() or 0
+                    if longest > checks.FIELD_LIMIT:
+                        longest = pc.max(pc.utf8_length(values)).as_py()
+                    if longest > checks.FIELD_LIMIT:
+                        raise _refuse(
+                            paths,
+                            required,
+                            skip_bad_rows,
+                            f"{path}: a field of column {name!r} has {longest:,} characters, over "
+                            f"the {checks.FIELD_LIMIT:,}-character limit",
+                        )
                     if types[name] != STRING:
                         types[name] = _widest_type(values, types[name])
         except pa.ArrowInvalid as err:
-            raise CsvInputError(
-                f"{_locate_unreadable_line(path)} ({str(err).splitlines()[0]})"
+            raise _refuse(
+                paths, required, skip_bad_rows, f"{path}: {str(err).splitlines()[0]}"
             ) from None
         if problems and not skip_bad_rows:
-            raise CsvInputError(problems[0] + " (data.bad_rows is 'fail')")
+            raise _refuse(
+                paths, required, skip_bad_rows, problems[0] + " (data.bad_rows is 'fail')"
+            )
         result.skipped += problems
     if result.rows == 0:
-        raise CsvInputError(f"{', '.join(paths)}: a header but no rows")
+        raise CsvInputError(checks.no_rows_message(paths, len(result.skipped)))
     return result
 
 
@@ -407,17 +398,19 @@ def write_splits(
     skip_bad_rows: bool,
     compression_level: int = 1,
     columnar_dirs: list[str] | None = None,
+    required: dict[str, str] | None = None,
 ) -> tuple[list[int], CsvSurvey]:
     """Reads the CSVs and writes each split's gzipped TFRecord shards; returns counts.
 
     gzip level 1: at the default level compression alone took as long as everything else
     together here, for files about 15% smaller. With `columnar_dirs` (one per split) the same
     rows also go to Parquet shards there, in the order of the TFRecord shard of the same number.
+    `required`: columns the header must have (column -> what in the spec names it).
     """
     import pyarrow.parquet as pq
     import tensorflow as tf
 
-    plan = survey(paths, skip_bad_rows)
+    plan = survey(paths, skip_bad_rows, required)
     if split_key and split_key not in plan.columns:
         raise CsvInputError(
             f"data.split_key: column {split_key!r} is not in {paths[0]} "
@@ -524,6 +517,7 @@ class Executor(base_beam_executor.BaseBeamExecutor):
             split_config.partition_feature_name or None,
             skip_bad_rows=config.get(BAD_ROWS_OPTION) == "skip",
             columnar_dirs=[os.path.join(examples.uri, columnar[name]) for name in names],
+            required=config.get(REQUIRED_COLUMNS_OPTION) or None,
         )
         for problem in plan.skipped:
             logging.warning("skipped a malformed row: %s", problem)

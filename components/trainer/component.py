@@ -4,7 +4,9 @@ TFX's Trainer has no statistics input: a model that standardises numeric columns
 need Transform (a full Beam analysis pass) or a second pass over the data in the trainer. The
 StatisticsGen output already holds each column's mean, standard deviation and value counts; this
 component adds it as an input and its executor hands the training split's path to `run_fn` as
-`custom_config["statistics_path"]`. Training and export are TFX's GenericExecutor unchanged.
+`custom_config["statistics_path"]` (and every split's as `custom_config["statistics_paths"]`,
+which count the rows whose label the model does not know). Training and export are TFX's
+GenericExecutor unchanged.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from components.trainer.features import SUMMARY_FILE
 
 STATISTICS_KEY = "statistics"
 STATISTICS_PATH_KEY = "statistics_path"
+STATISTICS_PATHS_KEY = "statistics_paths"
 CHECKPOINT_DIR_KEY = "checkpoint_dir"
 
 
@@ -71,6 +74,11 @@ def record_summary(output_dict) -> None:
         "conveyor_examples_per_second", float(summary["examples_per_second"])
     )
     model.set_string_custom_property("conveyor_strategy", summary["strategy"])
+    # Rows of any split whose label the model's classes do not include (they weighed 0).
+    unseen = summary.get("unseen_labels", {})
+    model.set_int_custom_property(
+        "conveyor_unseen_label_rows", sum(sum(by_value.values()) for by_value in unseen.values())
+    )
     for name, value in summary["metrics"].items():
         model.set_float_custom_property(f"conveyor_final_{name}", value)
 
@@ -85,6 +93,19 @@ class Executor(tfx_trainer_executor.GenericExecutor):
         config_json = exec_properties.get(standard_component_specs.CUSTOM_CONFIG_KEY)
         custom_config = json_utils.loads(config_json or "null") or {}
         custom_config[STATISTICS_PATH_KEY] = path
+        # Every split's, for counting the rows whose label the model does not know (run.py).
+        split_paths = {
+            split: os.path.join(
+                artifact_utils.get_split_uri([statistics], split),
+                stats_artifact_utils.BINARY_PB_BASENAME,
+            )
+            for split in artifact_utils.decode_split_names(statistics.split_names)
+        }
+        custom_config[STATISTICS_PATHS_KEY] = {
+            split: split_path
+            for split, split_path in split_paths.items()
+            if fileio.exists(split_path)
+        }
         custom_config[CHECKPOINT_DIR_KEY] = checkpoint_dir(input_dict, output_dict, custom_config)
         exec_properties = {
             **exec_properties,

@@ -17,6 +17,8 @@ from tensorflow_metadata.proto.v0 import schema_pb2, statistics_pb2
 
 # Written by the trainer into the model run directory; copied onto the Model artifact in MLMD.
 SUMMARY_FILE = "training_summary.json"
+# Beside it: per split, the rows whose label the model's classes do not include, by value.
+UNSEEN_LABELS_FILE = "unseen_labels.json"
 
 
 class TrainerConfigError(ValueError):
@@ -214,3 +216,43 @@ def _label_classes(
             raise TrainerConfigError(f"integer label {feature.name!r} has negative values")
         return tuple(str(i) for i in range(top + 1))
     raise TrainerConfigError(f"classification label {feature.name!r} holds floats")
+
+
+def label_counts(
+    label: LabelInfo, stats: statistics_pb2.DatasetFeatureStatisticsList
+) -> dict[str, Any] | None:
+    """One split's rows, rows without a label, and by value the rows whose label `label`'s
+    classes do not include, read from the split's statistics; None when they cannot say it
+    exactly (the caller then counts from the examples).
+
+    Text labels: the rank histogram counts every distinct value, unless the data has more than
+    it ranks. Integer labels: values outside 0..len(classes)-1 exist when the minimum or the
+    maximum says so, but the statistics hold no count by value: None then (and {} when not).
+    Regression has no classes: {}.
+    """
+    if label.task != "classification" or not stats.datasets:
+        return {}
+    dataset = stats.datasets[0]
+    feature = _feature_stats(stats).get(label.name)
+    if feature is None:
+        return None
+    if label.dtype is DType.STRING:
+        common = feature.string_stats.common_stats
+        string_stats = feature.string_stats
+        buckets = {b.label: int(b.sample_count) for b in string_stats.rank_histogram.buckets}
+        if len(buckets) < string_stats.unique:
+            return None  # more distinct values than ranked: some counts are missing
+        classes = set(label.classes)
+        unseen = {v: n for v, n in buckets.items() if v not in classes and v != ""}
+    else:
+        common = feature.num_stats.common_stats
+        num = feature.num_stats
+        if common.tot_num_values and (num.min < 0 or num.max > len(label.classes) - 1):
+            return None
+        unseen = {}
+    return {
+        "rows": int(dataset.num_examples),
+        # A label is one value per row: rows without one are the rows less the values.
+        "without_label": int(dataset.num_examples - common.tot_num_values),
+        "unseen": dict(sorted(unseen.items(), key=lambda item: (-item[1], item[0]))),
+    }

@@ -144,7 +144,11 @@ class Preprocessor(tf.Module):
             return tf.cast(label, tf.float32)
         if self._label_table is not None:
             return self._label_table.lookup(label)
-        return tf.cast(label, tf.int64)
+        # Integer classes are 0..len(classes)-1: any other value is unknown too (-1), so it
+        # weighs 0 like an unknown text label, rather than indexing past the model's outputs.
+        ids = tf.cast(label, tf.int64)
+        known = tf.logical_and(ids >= 0, ids < len(info.classes))
+        return tf.where(known, ids, tf.constant(-1, tf.int64))
 
 
 def build_network(

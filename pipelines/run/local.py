@@ -430,10 +430,13 @@ def summarise(
             data_gate=gate,
         )
     if failure is not None:
+        from components.csv_input.checks import CsvInputError
         from components.data_gate.component import DataGateError
 
         blocked = isinstance(failure, DataGateError)
-        message = str(failure) if blocked else f"{type(failure).__name__}: {failure}"
+        # The gate's findings and a bad input file are explained in words already.
+        worded = blocked or isinstance(failure, CsvInputError)
+        message = str(failure) if worded else f"{type(failure).__name__}: {failure}"
         return RunResult(
             run_id=run_id,
             pipeline=pipeline,

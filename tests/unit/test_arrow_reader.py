@@ -217,3 +217,42 @@ def test_a_caller_that_stops_early_stops_the_reading_thread():
     assert not any(t.name == "arrow-example-gen-read" for t in threading.enumerate())
     assert len(produced) <= 5  # the three taken, one waiting, at most one being offered
     assert closed == [True]
+
+
+def test_a_quote_inside_an_unquoted_field_is_text_not_an_open_quote(tmp_path):
+    # An odd number of quotes in the file: refused before, though every CSV parser reads it.
+    path = _write(tmp_path, 'n,tv\n1,55" TV\n2,"32"" TV"\n')
+    counts, plan = executor.write_splits([path], [str(tmp_path / "o")], [1], None, False)
+    assert counts == [2] and plan.types == {"n": executor.INT, "tv": executor.STRING}
+    values = sorted(e.features.feature["tv"].bytes_list.value[0] for e in _read_all(tmp_path / "o"))
+    assert values == [b'32" TV', b'55" TV']
+
+
+def test_a_field_longer_than_pyarrows_block_is_refused_in_the_checks_words(tmp_path, monkeypatch):
+    from components.csv_input.checks import FIELD_LIMIT
+
+    monkeypatch.setattr(executor, "BLOCK_BYTES", 4096)  # pyarrow fails on a row over a block
+    path = _write(tmp_path, "a,b\n1,2\n3," + "x" * (FIELD_LIMIT + 1) + "\n")
+    with pytest.raises(CsvInputError) as raised:
+        executor.survey([path], skip_bad_rows=False)
+    assert str(raised.value).startswith(
+        f"{path}, line 3, column 2 ('b'): a field of 131,073 characters, over the 131,072"
+    )
+
+
+def test_skipping_rows_of_a_quoted_file_counts_them_and_keeps_the_rest(tmp_path):
+    path = _write(tmp_path, 'a,b\n1,"x, y"\n2,"z",3\n4,w\n')
+    counts, plan = executor.write_splits([path], [str(tmp_path / "o")], [1], None, True)
+    assert counts == [2]
+    assert [p.split(": expected")[0] for p in plan.skipped] == [f"{path}, line 3"]
+
+
+def test_a_column_the_spec_names_must_be_in_the_header(tmp_path):
+    path = _write(tmp_path, "a,b\n1,2\n")
+    with pytest.raises(CsvInputError) as raised:
+        executor.write_splits(
+            [path], [str(tmp_path / "o")], [1], None, False, required={"k": "data.split_key"}
+        )
+    assert str(raised.value) == (
+        f"{path}, line 1: the header has no column 'k', which data.split_key names (columns: a, b)"
+    )

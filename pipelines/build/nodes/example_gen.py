@@ -1,4 +1,8 @@
-"""csv_example_gen: TFX's CsvExampleGen, or the streaming Arrow reader, over the input CSVs."""
+"""csv_example_gen: TFX's CsvExampleGen, or the streaming Arrow reader, over the input CSVs.
+
+Both check the input first, in the same words (components/csv_input/checks.py): TFX's through
+Conveyor's subclass of it (components/csv_example_gen), same outputs and properties.
+"""
 
 from __future__ import annotations
 
@@ -6,10 +10,29 @@ from typing import Any
 
 from pipelines.build.context import BuildContext, code_version, use_arrow_reader
 from pipelines.spec.components import Orchestrator
+from pipelines.spec.models import PipelineSpec
+
+
+def required_columns(spec: PipelineSpec) -> dict[str, str]:
+    """The columns ExampleGen's input check requires in the header, each with what in the spec
+    names it.
+
+    The split key always (ExampleGen itself hashes it). The trainer's label and features only
+    when no data gate follows: a data gate names a missing column itself, with every other
+    problem of the data, as a blocked run rather than a failed one.
+    """
+    required = {}
+    if spec.data.split_key:
+        required[spec.data.split_key] = "data.split_key"
+    types = {c.type for c in spec.components}
+    if "trainer" in types and "data_gate" not in types:
+        required[spec.trainer.label] = "trainer.label"
+        for feature in spec.trainer.features:
+            required.setdefault(feature.name, "trainer.features")
+    return required
 
 
 def build(ctx: BuildContext, node_id: str) -> None:
-    from tfx.components import CsvExampleGen
     from tfx.proto import example_gen_pb2, range_config_pb2
 
     data = ctx.spec.data
@@ -43,13 +66,20 @@ def build(ctx: BuildContext, node_id: str) -> None:
             input_base=str(ctx.paths.input_dir),
             output_config=output_config,
             bad_rows=data.bad_rows.value,
+            required_columns=required_columns(ctx.spec),
             code_version=code_version(),
             **spanned,
         )
         ctx.columnar_examples = True
     else:
+        from components.csv_example_gen.component import CsvExampleGen
+
         node = CsvExampleGen(
-            input_base=str(ctx.paths.input_dir), output_config=output_config, **spanned
+            input_base=str(ctx.paths.input_dir),
+            output_config=output_config,
+            required_columns=required_columns(ctx.spec),
+            code_version=code_version(),
+            **spanned,
         )
     if ctx.target is Orchestrator.AIRFLOW and data.dated_spans:
         from pipelines.build.spans import RANGE_CONFIG_TEMPLATE
