@@ -82,6 +82,15 @@ _DuplicateKeyLoader.add_constructor(
 )
 
 
+def _yaml_problem(err: yaml.YAMLError) -> str:
+    """PyYAML's error in one line: where (line, column) and what, without its source excerpt."""
+    mark = getattr(err, "problem_mark", None)
+    problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+    context = getattr(err, "context", None)
+    where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+    return f"{where}{problem}" + (f" ({context})" if context else "")
+
+
 def read_yaml(path: Path) -> dict[str, Any]:
     """Reads one YAML mapping (a spec or a profile); an empty file reads as {}.
 
@@ -92,10 +101,19 @@ def read_yaml(path: Path) -> dict[str, Any]:
     label = relative_to_project(path)
     if not path.is_file():
         raise SpecError(f"{label}: no such file.")
+    raw = path.read_bytes()
     try:
-        data = yaml.load(path.read_text(), Loader=_DuplicateKeyLoader)  # noqa: S506
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = raw.count(b"\n", 0, err.start) + 1
+        raise SpecError(
+            f"{label}: not a YAML text file: byte 0x{raw[err.start]:02x} at line {line} "
+            f"(offset {err.start}) is not UTF-8."
+        ) from None
+    try:
+        data = yaml.load(text, Loader=_DuplicateKeyLoader)  # noqa: S506
     except yaml.YAMLError as err:
-        raise SpecError(f"{label}: not valid YAML: {err}") from None
+        raise SpecError(f"{label}: not valid YAML: {_yaml_problem(err)}") from None
     if data is None:
         return {}
     if not isinstance(data, dict):

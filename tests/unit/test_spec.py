@@ -245,3 +245,21 @@ def test_an_empty_mapping_clears_what_a_lower_layer_set():
         ],
     ).spec
     assert cleared.data.drift == {}
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (b"\x89PNG\r\n\x1a\n\x00garbage", "not a YAML text file: byte 0x89 at line 1 (offset 0)"),
+        (b"name: penguin\ndata: [unclosed\n", "not valid YAML: line 3, column 1: expected ','"),
+        (b"- a\n- b\n", "expected a mapping at the top level, got list"),
+    ],
+)
+def test_a_spec_that_is_not_yaml_is_one_line_naming_the_file(tmp_path, content, message):
+    path = tmp_path / "broken.yaml"
+    path.write_bytes(content)
+    with pytest.raises(SpecError) as err:
+        load_spec(str(path))
+    text = str(err.value)
+    assert text.startswith(f"{path}: ") and message in text
+    assert "\n" not in text
