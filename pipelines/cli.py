@@ -35,6 +35,10 @@ def _load(args: argparse.Namespace, name: str) -> config.LoadedSpec:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
+    """`conveyor list`: prints each pipeline with its description, then the profiles.
+
+    Exit code: 0; 1 (through `main`) when a spec does not load.
+    """
     print("pipelines:")
     for name in config.list_pipelines():
         spec = config.load_spec(name, env="local").spec
@@ -44,6 +48,14 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
+    """`conveyor validate`: loads and checks the named pipelines (default: all) under `--env`
+    (default: every profile), so a broken spec or profile is found before a run.
+
+    With `--connect` it also checks that the MySQL metadata store answers; with `--print` it
+    prints each resolved spec. Every failure is reported, not only the first.
+
+    Exit code: 0 when all load and check, 1 when any fails.
+    """
     names = args.pipelines or config.list_pipelines()
     envs = [args.env] if args.env else config.list_profiles()
     failures = 0
@@ -67,6 +79,14 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_compile(args: argparse.Namespace) -> int:
+    """`conveyor compile`: writes a Kubeflow PipelineJob or an Airflow DAG file for a pipeline.
+
+    The profile is checked for the target before TensorFlow is imported, so a wrong profile
+    fails in seconds. The workdir written into the file is the profile's `runtime.workdir`
+    (where the orchestrator's pods see the data) unless `--workdir` is given.
+
+    Exit code: 0 when written; 1 (through `main`) on a spec or profile error.
+    """
     from pipelines.run import compile as orchestration
 
     loaded = config.load_spec(args.pipeline, env=args.env, overrides=args.set)
@@ -84,6 +104,13 @@ def cmd_compile(args: argparse.Namespace) -> int:
 
 
 def cmd_data(args: argparse.Namespace) -> int:
+    """`conveyor data`: writes a pipeline's input CSV from its packaged data into the workdir.
+
+    For a spec with dated spans it writes the span of `--date` (default: yesterday, in the
+    schedule's timezone); a spec with undated spans is refused.
+
+    Exit code: 0 when written, 1 when the data cannot be prepared.
+    """
     from pipelines.datasets.prepare import DataPreparationError, prepare
     from pipelines.paths import RunPaths
 
@@ -110,6 +137,15 @@ def cmd_data(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    """`conveyor run`: runs one night of a pipeline locally and prints its verdict line.
+
+    The run goes through `nightly.run_night` in a supervised child process, so an unchanged
+    night answers from its fingerprint (unless `--force`) and a run killed by a signal still
+    ends FAILED with its summary and alert. A night whose data is missing is alerted as failed.
+
+    Exit code: the outcome's (0 pushed or not pushed, 2 blocked by a gate, 1 failed, also when
+    the input is missing); 75 when another run holds the workdir's lock.
+    """
     from pipelines.build import spans
     from pipelines.ops import nightly
     from pipelines.paths import RunPaths
@@ -152,6 +188,12 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_backfill(args: argparse.Namespace) -> int:
+    """`conveyor backfill`: runs the nights from `--from` to `--to` in order and prints a table
+    of their outcomes (see `nightly.backfill` for which nights run and when it stops).
+
+    Exit code: the worst of the nights' (1 failed, else 2 blocked, else 0); 75 when another
+    run holds the workdir's lock; 1 (through `main`) on bad dates or undated spans.
+    """
     from pipelines.build import spans
     from pipelines.ops import nightly
 
@@ -176,6 +218,11 @@ def cmd_backfill(args: argparse.Namespace) -> int:
 
 
 def cmd_schedule(args: argparse.Namespace) -> int:
+    """`conveyor schedule`: installs the nightly crontab entry that runs the pipeline, or with
+    `--print` only prints it. `--cron` replaces the spec's `schedule.cron`.
+
+    Exit code: 0 when installed or printed; 1 for an invalid `--cron` or a crontab error.
+    """
     from pipelines.ops import nightly
     from pipelines.spec.models import ScheduleSpec
 
@@ -206,6 +253,11 @@ def cmd_schedule(args: argparse.Namespace) -> int:
 
 
 def cmd_bless(args: argparse.Namespace) -> int:
+    """`conveyor bless`: pushes the candidate a run held for review
+    (`evaluation.first_run: require_manual_bless`) and records who blessed it and why.
+
+    Exit code: 0 when pushed, 1 when the run's candidate cannot be blessed.
+    """
     import getpass
 
     from pipelines.ops.bless import BlessError, bless
@@ -223,6 +275,11 @@ def cmd_bless(args: argparse.Namespace) -> int:
 
 
 def cmd_lineage(args: argparse.Namespace) -> int:
+    """`conveyor lineage`: prints, for each pushed version (or only `--version`), the spans,
+    schema and code that made it, as ML Metadata records them.
+
+    Exit code: 0; 1 when the `--version` asked for is not recorded (no pushes at all is 0).
+    """
     from pipelines.metadata import open_store, pushed_lineage
     from pipelines.paths import RunPaths
 
@@ -241,6 +298,11 @@ def cmd_lineage(args: argparse.Namespace) -> int:
 
 
 def cmd_runs(args: argparse.Namespace) -> int:
+    """`conveyor runs`: prints the pipeline's latest `--limit` runs from ML Metadata, with
+    their start time, state and pushed version.
+
+    Exit code: 0, also when no run is recorded.
+    """
     from pipelines.metadata import list_runs, open_store
     from pipelines.paths import RunPaths
 
@@ -262,6 +324,13 @@ def cmd_runs(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
+    """`conveyor report`: prints the path of a run's HTML report, and with `--open` opens it.
+
+    The run id must be one folder name (no separators, `..` or wildcards), so it cannot reach
+    files outside the runs folder. When the report is missing the error lists recent run ids.
+
+    Exit code: 0 when found; 1 for an invalid run id or no report.
+    """
     from pipelines.ops.report import find_report, recent_run_ids
     from pipelines.paths import REPORT_FILE, find_run_dirs, runs_root
 
@@ -295,6 +364,11 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_schema(args: argparse.Namespace) -> int:
+    """`conveyor schema diff|accept`: compares the curated schema with the latest statistics,
+    or updates the curated schema to fit them for a person to review and commit.
+
+    Exit code: `diff` 0 when they match, 3 when they differ; `accept` 0; 1 on an error.
+    """
     from pipelines.ops import schema_review as schema_tools
     from pipelines.paths import RunPaths
 
@@ -330,6 +404,7 @@ def cmd_schema(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The `conveyor` argument parser: one subcommand per `cmd_*`, each set as `args.func`."""
     parser = argparse.ArgumentParser(
         prog="conveyor",
         description="Declarative TFX pipelines: validate, run and inspect them.",
@@ -464,6 +539,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Runs the `conveyor` subcommand named in `argv` (default: the command line).
+
+    Returns:
+      The subcommand's exit code; 1 for a spec or span error (printed as one `error:` line, no
+      traceback); 141, as a shell reports SIGPIPE, when stdout's reader went away.
+    """
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
     try:

@@ -378,6 +378,11 @@ def read_ahead(blocks: Iterator[_Block]) -> Iterator[_Block]:
 
 
 def csv_files(input_base: str, pattern: str) -> list[str]:
+    """The files matching `pattern` under `input_base`, sorted so every run reads one order.
+
+    Raises:
+      CsvInputError: when nothing matches, naming the pattern, before any output is written.
+    """
     paths = sorted(p for p in glob.glob(os.path.join(input_base, pattern)) if os.path.isfile(p))
     if not paths:
         raise CsvInputError(f"no files match {os.path.join(input_base, pattern)}")
@@ -484,6 +489,16 @@ class Executor(base_beam_executor.BaseBeamExecutor):
     """ExampleGen executor: TFX's exec properties in, TFX's Examples artifact out."""
 
     def Do(self, input_dict, output_dict, exec_properties):  # noqa: N802 - TFX's name
+        """Reads the input CSVs and writes each output split as tf.Examples and Parquet.
+
+        One input pattern is split by hash buckets (or `partition_feature_name`) into the
+        output config's splits. The Examples artifact records how many malformed rows were
+        skipped and, set last so a half-written copy is never read, where the Parquet copy is.
+
+        Raises:
+          CsvInputError: for more than one input split, no output splits, no matching files,
+            a missing required column or `split_key`, or a malformed row not skipped.
+        """
         self._log_startup(input_dict, output_dict, exec_properties)
         input_config = example_gen_pb2.Input()
         proto_utils.json_to_proto(

@@ -91,6 +91,15 @@ class Executor(tfx_csv_executor.Executor):
     """Checks every input split's files, then runs TFX's CSV ExampleGen on them."""
 
     def Do(self, input_dict, output_dict, exec_properties):  # noqa: N802 - TFX's name
+        """Checks each input split's files, then hands the run to TFX's CSV ExampleGen.
+
+        The check comes first so a bad file stops the run with one message naming file and
+        line, before Beam starts.
+
+        Raises:
+          CsvInputError: when a split matches no file, lacks a required column or holds a
+            malformed row (TFX's reader skips none).
+        """
         input_config = example_gen_pb2.Input()
         proto_utils.json_to_proto(
             exec_properties[standard_component_specs.INPUT_CONFIG_KEY], input_config
@@ -106,4 +115,5 @@ class Executor(tfx_csv_executor.Executor):
         super().Do(input_dict, output_dict, exec_properties)
 
     def GetInputSourceToExamplePTransform(self) -> beam.PTransform:  # noqa: N802 - TFX's name
+        """TFX's CSV-to-tf.Example transform, with records cut by Python's csv module."""
         return _CsvToExample

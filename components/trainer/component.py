@@ -35,6 +35,8 @@ CHECKPOINT_DIR_KEY = "checkpoint_dir"
 
 
 class TrainerWithStatisticsSpec(standard_component_specs.TrainerSpec):
+    """TFX's TrainerSpec plus a `statistics` input: StatisticsGen's ExampleStatistics."""
+
     INPUTS = {
         **standard_component_specs.TrainerSpec.INPUTS,
         STATISTICS_KEY: ChannelParameter(type=standard_artifacts.ExampleStatistics),
@@ -84,7 +86,16 @@ def record_summary(output_dict) -> None:
 
 
 class Executor(tfx_trainer_executor.GenericExecutor):
+    """TFX's GenericExecutor, told where the statistics and this training's checkpoints are."""
+
     def Do(self, input_dict, output_dict, exec_properties):  # noqa: N802 - TFX's name
+        """Passes the statistics' paths and the checkpoint folder to `run_fn`, then trains.
+
+        The paths go into `custom_config` (STATISTICS_PATH_KEY for the train split,
+        STATISTICS_PATHS_KEY for every split that has statistics, CHECKPOINT_DIR_KEY), the
+        statistics input is dropped (GenericExecutor does not know it), and after TFX's
+        training and export the training summary is copied onto the Model artifact.
+        """
         statistics = artifact_utils.get_single_instance(input_dict[STATISTICS_KEY])
         path = os.path.join(
             artifact_utils.get_split_uri([statistics], "train"),

@@ -26,6 +26,8 @@ class TrainerConfigError(ValueError):
 
 
 class DType(str, enum.Enum):
+    """A column's value type, as the schema gives it (BYTES is STRING here)."""
+
     FLOAT = "float"
     INT = "int"
     STRING = "string"
@@ -40,6 +42,12 @@ _SCHEMA_TYPES = {
 
 @dataclass(frozen=True)
 class FeatureInfo:
+    """One input column and how the model encodes it.
+
+    Numeric columns are standardised with `mean` and `std`; categorical text is looked up in
+    `vocabulary` (most frequent first); categorical integers are hashed into `hash_buckets`.
+    """
+
     name: str
     kind: str  # "numeric" or "categorical", as in the spec
     dtype: DType
@@ -51,6 +59,8 @@ class FeatureInfo:
 
 @dataclass(frozen=True)
 class LabelInfo:
+    """The label column: the task, and for classification the classes in output order."""
+
     name: str
     task: str  # "classification" or "regression"
     dtype: DType
@@ -58,10 +68,12 @@ class LabelInfo:
 
     @property
     def is_binary(self) -> bool:
+        """Classification with two classes: one sigmoid output rather than a softmax."""
         return self.task == "classification" and len(self.classes) == 2
 
     @property
     def output_units(self) -> int:
+        """Width of the network's head: 1 for regression and binary, else one per class."""
         if self.task == "regression" or self.is_binary:
             return 1
         return len(self.classes)
@@ -69,10 +81,13 @@ class LabelInfo:
 
 @dataclass(frozen=True)
 class FeatureSet:
+    """Everything the trainer knows about the columns: the features in order, and the label."""
+
     features: tuple[FeatureInfo, ...]
     label: LabelInfo
 
     def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict (dtypes as their names), recorded with an export for warm starts."""
         return {
             "features": [f.__dict__ | {"dtype": f.dtype.value} for f in self.features],
             "label": self.label.__dict__ | {"dtype": self.label.dtype.value},

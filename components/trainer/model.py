@@ -69,6 +69,7 @@ def parse_examples(
 
 
 def raw_input_signature(features: FeatureSet) -> dict[str, tf.TensorSpec]:
+    """One batch-long vector per feature column, named after it: the `serving_default` input."""
     return {
         f.name: tf.TensorSpec([None], _TF_DTYPES[f.dtype], name=f.name) for f in features.features
     }
@@ -116,6 +117,12 @@ class Preprocessor(tf.Module):
         return width
 
     def vectorize(self, raw: Mapping[str, tf.Tensor]) -> tf.Tensor:
+        """The [batch, width] float32 network input from raw columns (column name -> values).
+
+        Per feature, in order: numeric -> standardised value (a missing one is the mean) and a
+        missing indicator; text -> one-hot over the vocabulary plus an unknown-or-missing slot;
+        integer categorical -> one-hot of its hash bucket.
+        """
         parts = []
         for f in self._features.features:
             value = raw[f.name]
@@ -157,6 +164,11 @@ def build_network(
     hidden_units: tuple[int, ...],
     dropout: float,
 ) -> keras.Model:
+    """A dense ReLU network from the preprocessed vector to the label's output.
+
+    The output is sigmoid for binary, softmax for several classes and linear for regression,
+    computed in float32 even under a mixed-precision policy.
+    """
     inputs = keras.Input(shape=(input_width,), name="features")
     x = inputs
     for units in hidden_units:
@@ -180,6 +192,12 @@ def compile_network(
     jit_compile: bool,
     gradient_clip_norm: float | None = None,
 ) -> None:
+    """Compiles `network` with Adam and the loss and metrics that fit the label's task.
+
+    Regression: mean squared error. Binary: binary cross-entropy, accuracy and AUC. Several
+    classes: sparse categorical cross-entropy and accuracy. `gradient_clip_norm` clips the
+    global gradient norm; `jit_compile` turns on XLA.
+    """
     if label.task == "regression":
         loss, metrics = keras.losses.MeanSquaredError(), [keras.metrics.MeanSquaredError()]
     elif label.is_binary:
@@ -207,6 +225,7 @@ class ServingModule(tf.Module):
 
     @property
     def features(self) -> FeatureSet:
+        """The encodings the module was built with (export records them for warm starts)."""
         return self._features
 
     def _predict(self, raw: Mapping[str, tf.Tensor]) -> dict[str, tf.Tensor]:
@@ -226,10 +245,12 @@ class ServingModule(tf.Module):
 
     @tf.function
     def serve_raw(self, **raw: tf.Tensor) -> dict[str, tf.Tensor]:
+        """`serving_default`: predictions from raw columns, one tensor per feature by name."""
         return self._predict(raw)
 
     @tf.function
     def serve_examples(self, examples: tf.Tensor) -> dict[str, tf.Tensor]:
+        """`serving_examples`: predictions from serialized tf.Examples, numeric outputs only."""
         raw = parse_examples(examples, self._features, with_label=False)
         outputs = self._predict(raw)
         outputs.pop("classes", None)  # TFMA reads numeric outputs only.
@@ -244,6 +265,11 @@ class ServingModule(tf.Module):
         return {label.name + LABEL_SUFFIX: self.preprocessor.encode_label(parsed[label.name])}
 
     def signatures(self) -> dict[str, tf.types.experimental.ConcreteFunction]:
+        """The signatures the SavedModel is exported with, by name.
+
+        `serving_default` (raw columns, for TF Serving's clients), `serving_examples`
+        (tf.Examples, for TFMA) and `transform_features` (TFMA's label encoding).
+        """
         examples = tf.TensorSpec([None], tf.string, name="examples")
         return {
             "serving_default": self.serve_raw.get_concrete_function(

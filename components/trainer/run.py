@@ -103,6 +103,11 @@ def make_strategy(
 
 
 def precision_policy(mixed_precision: bool) -> str:
+    """The Keras dtype policy for training: float32, or mixed precision when asked for.
+
+    Mixed precision is float16 where a GPU is visible and bfloat16 elsewhere, the half type
+    that hardware computes fast.
+    """
     if not mixed_precision:
         return "float32"
     return "mixed_float16" if tf.config.list_physical_devices("GPU") else "mixed_bfloat16"
@@ -244,6 +249,12 @@ def _report_unseen_labels(label: str, counts: Mapping[str, Mapping[str, Any]]) -
 
 
 def is_chief(strategy: tf.distribute.Strategy) -> bool:
+    """Whether this process keeps the results: exports the model, writes the summary, clears
+    the finished checkpoints (the other workers only join the collective save).
+
+    True without a cluster (one process), for the `chief` task, and for worker 0 of a cluster
+    that has no chief task (TensorFlow's convention for multi-worker training).
+    """
     resolver = getattr(strategy, "cluster_resolver", None)
     if resolver is None or not resolver.task_type:
         return True

@@ -50,6 +50,12 @@ if TYPE_CHECKING:
 
 @dataclass
 class NightOutcome:
+    """How one night ended: its span, outcome and verdict message, and whether it ran.
+
+    `unchanged` nights were answered from the fingerprint of an earlier final outcome, so they
+    have no run folder of their own (`run_dir` is None).
+    """
+
     span: int | None
     outcome: Outcome
     message: str
@@ -58,6 +64,7 @@ class NightOutcome:
 
     @property
     def exit_code(self) -> int:
+        """The process exit code of this night's outcome (0 ok, 2 blocked, 1 failed)."""
         return Outcome(self.outcome).exit_code
 
 
@@ -296,6 +303,11 @@ def alert_missing_night(spec, span: int, message: str) -> str | None:
 
 
 def nights_between(start: datetime.date, end: datetime.date) -> list[datetime.date]:
+    """Every night from `start` to `end`, both included, in order.
+
+    Raises:
+      SpanError: when `end` is before `start` (named as `--from` and `--to`).
+    """
     if end < start:
         raise spans.SpanError(f"--from {start} is after --to {end}")
     return [start + datetime.timedelta(days=d) for d in range((end - start).days + 1)]

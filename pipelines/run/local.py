@@ -228,6 +228,8 @@ def _no_tfx_package_for_direct_runner(beam_runner: str):
 
 
 def new_run_id(pipeline: str) -> str:
+    """`<pipeline>-<UTC time to the microsecond>Z`: unique per run, sorting by start time, and
+    one folder name (no path separators), e.g. penguin-20261129T155717.645324Z."""
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ")
     return f"{pipeline}-{stamp}"
 

@@ -33,6 +33,13 @@ def required_columns(spec: PipelineSpec) -> dict[str, str]:
 
 
 def build(ctx: BuildContext, node_id: str) -> None:
+    """Adds the ExampleGen that reads the input CSVs into `data.splits`, and publishes its
+    `examples`.
+
+    The reader is the streaming Arrow one or TFX's, as `data.reader` resolves for this input
+    (`use_arrow_reader`); the Arrow one also writes a columnar copy the later readers use. With
+    `data.span_pattern` it reads one span: this run's, or for Airflow the DAG run's night.
+    """
     from tfx.proto import example_gen_pb2, range_config_pb2
 
     data = ctx.spec.data
