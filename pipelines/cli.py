@@ -265,11 +265,16 @@ def cmd_bless(args: argparse.Namespace) -> int:
 
     loaded = _load(args, args.pipeline)
     paths = RunPaths(workdir=_workdir(args), spec=loaded.spec)
+    from pipelines.ops.nightly import PipelineBusy
+
     try:
         blessed = bless(paths, args.run, args.by or getpass.getuser(), args.reason)
     except BlessError as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_FAILED
+    except PipelineBusy as err:  # a run holds the workdir: try again later
+        print(f"error: {err}", file=sys.stderr)
+        return err.exit_code
     print(f"PUSHED: version {blessed.version} to {blessed.target} (blessed run {args.run})")
     return 0
 

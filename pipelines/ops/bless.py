@@ -103,13 +103,26 @@ def bless(paths: RunPaths, run_id: str, blessed_by: str, reason: str) -> Blessed
 
     Raises:
       BlessError: the run is unknown, has no held candidate, or the model is already served.
+      nightly.PipelineBusy: a run of the pipeline holds the workdir's lock and
+        `runtime.concurrency` says to refuse (or the wait timed out).
     """
+    from pipelines.ops import nightly, serving_state
+
+    if not reason.strip():
+        raise BlessError("--reason is required: say why the candidate may be served")
+
+    # A bless publishes a version like a run does: one at a time, and on a serving folder that
+    # is in step with ML Metadata.
+    with nightly.pipeline_lock(paths, f"a bless of run {run_id}"):
+        serving_state.reconcile(paths)
+        return _bless_locked(paths, run_id, blessed_by, reason)
+
+
+def _bless_locked(paths: RunPaths, run_id: str, blessed_by: str, reason: str) -> Blessed:
     from ml_metadata.proto import metadata_store_pb2
 
     from components.pusher import layout
 
-    if not reason.strip():
-        raise BlessError("--reason is required: say why the candidate may be served")
     store = open_store(paths.spec, paths.metadata_path)
     if store is None:
         raise BlessError(f"no metadata store at {paths.metadata_path}: nothing was run there")
