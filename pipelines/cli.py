@@ -148,19 +148,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     """
     from pipelines.build import spans
     from pipelines.ops import nightly
-    from pipelines.paths import RunPaths
     from pipelines.run.plan import Run
 
     loaded = _load(args, args.pipeline)
     workdir = _workdir(args)
-    paths = RunPaths(workdir=workdir, spec=loaded.spec)
-    if not loaded.spec.data.span_pattern and config.csv_columns(paths.input_dir) is None:
-        print(
-            f"error: no CSV files in {paths.input_dir}. Prepare them with "
-            f"`conveyor data {loaded.spec.name} --workdir {workdir}` or put your own there.",
-            file=sys.stderr,
-        )
-        return EXIT_FAILED
     zone = loaded.spec.schedule.timezone  # "yesterday" where the cron line fires
     night = spans.parse_night(args.date, zone=zone) if args.date else None
     try:
@@ -172,6 +163,14 @@ def cmd_run(args: argparse.Namespace) -> int:
             if sent := nightly.alert_missing_night(loaded.spec, wanted, str(err)):
                 print(sent, file=sys.stderr)
         raise
+    input_dir = planned.paths.input_dir  # the one Run of this command: spec, paths, span
+    if not loaded.spec.data.span_pattern and config.csv_columns(input_dir) is None:
+        print(
+            f"error: no CSV files in {input_dir}. Prepare them with "
+            f"`conveyor data {loaded.spec.name} --workdir {workdir}` or put your own there.",
+            file=sys.stderr,
+        )
+        return EXIT_FAILED
     try:
         # Supervised: the pipeline runs in a child process, so that a run killed by a signal
         # (the out-of-memory killer's SIGKILL, a scheduler's SIGTERM) still ends FAILED, with
