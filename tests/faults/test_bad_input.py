@@ -161,14 +161,20 @@ def test_bad_input_gets_the_same_verdict_from_both_readers_and_serving_is_untouc
 
 
 def test_the_good_data_still_runs_after_the_bad(penguin):
-    """The bad inputs left nothing behind that changes the next run: the good CSV again is
-    the first run's input, so nothing is pushed and serving stays at version 1."""
+    """The bad inputs left nothing behind that stops the next run: with the good CSV back, the
+    run goes through, version 1 is still byte for byte what it was, and every version served is
+    one ML Metadata recorded. (TFX fingerprints input files by modification time, so the
+    restored file is ingested again and may train a new, equally good model: pushing it is
+    allowed; breaking on the bad runs' leftovers is not.)"""
+    from pipelines.ops import serving_state
+
     paths, good, served = penguin
     assert (paths.input_dir / CSV_NAME).read_bytes() == good
     assert sorted(Path(p).name for p in paths.input_dir.iterdir()) == [CSV_NAME]
     result = nightly.run(
         load_spec("penguin", env="ci", workdir=paths.workdir), paths.workdir, lambda _: None
     )
-    assert result.outcome == "not_pushed", result.message
-    assert sorted(p.name for p in paths.serving_dir.iterdir()) == ["1"]
+    assert result.outcome in ("pushed", "not_pushed"), result.message
     assert model_digest(str(paths.serving_dir / "1")) == served
+    versions = {int(p.name) for p in paths.serving_dir.iterdir()}
+    assert versions <= serving_state.recorded_pushes(paths)[1]
