@@ -248,6 +248,8 @@ def _gate_decisions(result: RunResult, nodes: dict[str, NodeArtifacts]) -> GateD
         ]
         if eval_node is not None and eval_node.cached:
             notes.append("(cached evaluation of an earlier run)")
+        if blessing.get("conveyor_confidence_gate"):  # evaluation.confidence overruled TFMA
+            notes.append(f"({blessing.get('conveyor_confidence_gate')})")
         blessed = blessing.get("blessed") == 1
         model = Badge(
             "blessed" if blessed else "not blessed", "ok" if blessed else "bad", " ".join(notes)

@@ -406,6 +406,31 @@ class FirstRunPolicy(str, enum.Enum):
     REQUIRE_MANUAL_BLESS = "require_manual_bless"
 
 
+class ConfidenceMethod(str, enum.Enum):
+    """How TFMA estimates a metric's confidence interval (20 resamples of the eval split)."""
+
+    JACKKNIFE = "jackknife"
+    BOOTSTRAP = "bootstrap"
+
+
+class ConfidenceSpec(StrictModel):
+    """Judge change thresholds with TFMA's confidence interval of candidate minus baseline."""
+
+    level: float = Field(
+        default=0.95,
+        ge=0.5,
+        lt=1.0,
+        description="Two-sided confidence level of the interval: a change threshold fails only "
+        "when the whole interval of candidate minus baseline lies beyond it: at 0.95 a "
+        "candidate exactly at the allowed change is blocked by chance about 2.5% of the time.",
+    )
+    method: ConfidenceMethod = Field(
+        default=ConfidenceMethod.JACKKNIFE,
+        description="TFMA's estimator: `jackknife` (20 leave-one-bucket-out samples) or "
+        "`bootstrap` (20 Poisson bootstrap samples).",
+    )
+
+
 class EvaluationSpec(StrictModel):
     """The model gate: TFMA metrics and thresholds a candidate must pass to be pushed."""
 
@@ -422,6 +447,12 @@ class EvaluationSpec(StrictModel):
         "passes the bounds; `require_manual_bless` holds it for review, and a person pushes it "
         "with `conveyor bless NAME --run RUN_ID --reason TEXT`.",
     )
+    confidence: ConfidenceSpec | None = Field(
+        default=None,
+        description="Unset: TFMA judges change thresholds on the point values. Set: TFMA also "
+        "computes confidence intervals, and a candidate fails a change threshold only when the "
+        "regression is significant at `level` (see docs/model-gate.md).",
+    )
 
     @model_validator(mode="after")
     def _gated(self) -> EvaluationSpec:
@@ -430,6 +461,17 @@ class EvaluationSpec(StrictModel):
         ):
             raise ValueError(
                 "at least one metric needs a threshold, or no model would ever be blessed"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _confidence_absolute_only(self) -> EvaluationSpec:
+        relative = [m.name for m in self.metrics if m.change and m.change.relative is not None]
+        if self.confidence is not None and relative:
+            raise ValueError(
+                "evaluation.confidence judges `change.absolute` thresholds only (TFMA computes "
+                f"no interval for a ratio), but {relative} set `change.relative`: use "
+                "`change.absolute`, or unset evaluation.confidence"
             )
         return self
 

@@ -7,7 +7,8 @@ from pipelines.spec.models import PipelineSpec
 
 
 def eval_config(spec: PipelineSpec):
-    """The TFMA EvalConfig the spec's `evaluation` section describes."""
+    """The TFMA EvalConfig the spec's `evaluation` section describes; with
+    `evaluation.confidence`, TFMA also computes confidence intervals by the chosen method."""
     import tensorflow_model_analysis as tfma
 
     from components.trainer.model import LABEL_SUFFIX, PREDICTION_KEY
@@ -44,6 +45,20 @@ def eval_config(spec: PipelineSpec):
             else []
         )
         metrics.append(tfma.MetricConfig(class_name=metric.name, per_slice_thresholds=per_slice))
+    options = None
+    confidence = spec.evaluation.confidence
+    if confidence is not None:
+        from google.protobuf import wrappers_pb2
+
+        method = tfma.ConfidenceIntervalOptions
+        options = tfma.Options(
+            compute_confidence_intervals=wrappers_pb2.BoolValue(value=True),
+            confidence_intervals=method(
+                method=method.JACKKNIFE
+                if confidence.method.value == "jackknife"
+                else method.POISSON_BOOTSTRAP
+            ),
+        )
     return tfma.EvalConfig(
         model_specs=[
             tfma.ModelSpec(
@@ -55,19 +70,29 @@ def eval_config(spec: PipelineSpec):
         ],
         slicing_specs=[tfma.SlicingSpec(feature_keys=list(s)) for s in spec.evaluation.slices],
         metrics_specs=[tfma.MetricsSpec(metrics=metrics)],
+        options=options,
     )
 
 
 def build(ctx: BuildContext, node_id: str) -> None:
     """Adds TFX's Evaluator with the spec's `eval_config`, against the baseline model when a
-    baseline resolver provides one, and publishes its `blessing` for the Pusher."""
-    from tfx.components import Evaluator
+    baseline resolver provides one, and publishes its `blessing` for the Pusher. With
+    `evaluation.confidence` set, Conveyor's Evaluator (TFX's, plus change thresholds judged with
+    TFMA's confidence intervals) takes its place under the same id and outputs."""
+    inputs = {
+        "examples": ctx.need("examples", node_id),
+        "model": ctx.need("model", node_id),
+        "baseline_model": ctx.channels.get("baseline_model"),
+        "eval_config": eval_config(ctx.spec),
+    }
+    confidence = ctx.spec.evaluation.confidence
+    if confidence is None:
+        from tfx.components import Evaluator
 
-    node = Evaluator(
-        examples=ctx.need("examples", node_id),
-        model=ctx.need("model", node_id),
-        baseline_model=ctx.channels.get("baseline_model"),
-        eval_config=eval_config(ctx.spec),
-    ).with_id(node_id)
+        node = Evaluator(**inputs).with_id(node_id)
+    else:
+        from components.evaluator.component import Evaluator
+
+        node = Evaluator(**inputs, confidence_level=confidence.level).with_id(node_id)
     ctx.add(node)
     ctx.provide("blessing", node.outputs["blessing"])
