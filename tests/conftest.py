@@ -1,8 +1,13 @@
 """Shared test setup. Environment variables TensorFlow reads at import are set here, before any
 test module imports it."""
 
+import contextlib
+import json
 import os
 import shutil
+import threading
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 
 import pytest
@@ -34,3 +39,31 @@ def copy_fixture(source: str | Path, target_dir: Path, filename: str) -> Path:
     for old in target_dir.glob("*.csv"):
         old.unlink()
     return Path(shutil.copy(DATA_DIR / source, target_dir / filename))
+
+
+@contextlib.contextmanager
+def recording_webhook(entry: Callable[[BaseHTTPRequestHandler, dict], object] | None = None):
+    """A real HTTP server on 127.0.0.1 that records each JSON body POSTed to it and answers 204.
+
+    Yields (url, received); `entry(handler, body)` chooses what is recorded per POST (default:
+    the body).
+    """
+    received: list = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self):  # noqa: N802 - http.server's name
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            received.append(entry(self, body) if entry else body)
+            self.send_response(204)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = HTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}/hooks/nightly", received
+    finally:
+        server.shutdown()
+        server.server_close()

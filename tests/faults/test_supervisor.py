@@ -11,9 +11,7 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 
 import pytest
@@ -24,6 +22,7 @@ from pipelines.outcome import EXIT_FAILED, Outcome, RunResult
 from pipelines.paths import PROJECT_ROOT, REPORT_FILE, RUN_SUMMARY, RunPaths
 from pipelines.run.plan import Run
 from pipelines.spec.loading import load_spec
+from tests.conftest import recording_webhook
 
 WEBHOOK_ENV = "CONVEYOR_TEST_WEBHOOK"
 CONVEYOR = str(Path(sys.executable).with_name("conveyor"))
@@ -32,28 +31,9 @@ CONVEYOR = str(Path(sys.executable).with_name("conveyor"))
 @pytest.fixture
 def webhook(monkeypatch):
     """A server on 127.0.0.1 that records each alert POSTed to it; its URL is in $WEBHOOK_ENV."""
-    received: list[dict] = []
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self):  # noqa: N802 - http.server's name
-            length = int(self.headers["Content-Length"])
-            received.append(json.loads(self.rfile.read(length)))
-            self.send_response(204)
-            self.end_headers()
-
-        def log_message(self, *args):
-            pass
-
-    server = HTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    url = f"http://127.0.0.1:{server.server_port}/hooks/nightly"
-    monkeypatch.setenv(WEBHOOK_ENV, url)
-    try:
+    with recording_webhook() as (url, received):
+        monkeypatch.setenv(WEBHOOK_ENV, url)
         yield url, received
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 @pytest.fixture

@@ -16,6 +16,7 @@ from pipelines.ops.alerts import send_alert
 from pipelines.outcome import EXIT_BLOCKED, Outcome, RunResult
 from pipelines.paths import RunPaths
 from pipelines.spec.loading import load_spec
+from tests.conftest import recording_webhook
 
 WEBHOOK_ENV = "CONVEYOR_TEST_WEBHOOK"
 GATE = {
@@ -37,33 +38,13 @@ def spec():
 
 @pytest.fixture
 def webhook():
-    """A local server that records each POST and answers 204."""
-    received: list[dict] = []
+    """A local server that records each POST (path, content type, body) and answers 204."""
 
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self):  # noqa: N802 - http.server's name
-            length = int(self.headers["Content-Length"])
-            received.append(
-                {
-                    "path": self.path,
-                    "content_type": self.headers["Content-Type"],
-                    "body": json.loads(self.rfile.read(length)),
-                }
-            )
-            self.send_response(204)
-            self.end_headers()
+    def entry(handler, body):
+        return {"path": handler.path, "content_type": handler.headers["Content-Type"], "body": body}
 
-        def log_message(self, *args):
-            pass
-
-    server = HTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_port}/hooks/nightly", received
-    finally:
-        server.shutdown()
-        server.server_close()
+    with recording_webhook(entry) as served:
+        yield served
 
 
 def _result(outcome: str, tmp_path, message: str = "Data gate: bad data") -> RunResult:

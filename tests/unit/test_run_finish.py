@@ -11,8 +11,6 @@ Kubeflow's exit handler with the final-status JSON KFP passes it, against a webh
 """
 
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -24,6 +22,7 @@ from pipelines.metadata import connection_config
 from pipelines.ops import finish
 from pipelines.paths import REPORT_FILE, RUN_SUMMARY, RunPaths
 from pipelines.spec.loading import load_spec
+from tests.conftest import recording_webhook
 
 WEBHOOK_ENV = "CONVEYOR_TEST_WEBHOOK"
 DAG_RUN_ID = "scheduled__2026-11-28T02:00:00+00:00"
@@ -36,27 +35,9 @@ TASKS = ["csv_example_gen", "statistics_gen", "data_gate", "trainer", "pusher"]
 @pytest.fixture
 def webhook(monkeypatch):
     """A server on 127.0.0.1 that records each alert POSTed to it; its URL is in $WEBHOOK_ENV."""
-    received: list[dict] = []
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self):  # noqa: N802 - http.server's name
-            length = int(self.headers["Content-Length"])
-            received.append(json.loads(self.rfile.read(length)))
-            self.send_response(204)
-            self.end_headers()
-
-        def log_message(self, *args):
-            pass
-
-    server = HTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    monkeypatch.setenv(WEBHOOK_ENV, f"http://127.0.0.1:{server.server_port}/hooks/nightly")
-    try:
+    with recording_webhook() as (url, received):
+        monkeypatch.setenv(WEBHOOK_ENV, url)
         yield received
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 @pytest.fixture
