@@ -204,6 +204,7 @@ def cmd_backfill(args: argparse.Namespace) -> int:
             _workdir(args),
             spans.parse_night(args.start, zone=zone),
             spans.parse_night(args.end, zone=zone),
+            supervised=True,  # each night in a child process, as `conveyor run`
         )
     except nightly.PipelineBusy as err:  # another run holds the workdir: try again later
         print(f"error: {err}", file=sys.stderr)

@@ -319,12 +319,16 @@ def backfill(
     start: datetime.date,
     end: datetime.date,
     echo: Callable[[str], None] = print,
+    supervised: bool = False,
 ) -> list[tuple[datetime.date, NightOutcome]]:
     """Runs the nights from `start` to `end` in order, skipping those already done.
 
     A blocked night is done (its data was judged); a failed night, or one with no data, stops
     the backfill: the nights after it would train on a window with a hole in it. The
     pipeline's lock is held for the whole backfill: no scheduled night runs in between.
+    `supervised` runs each night's pipeline in a child process, as `conveyor run` does, so a
+    night killed by a signal still ends FAILED with its summary and alert (and stops the
+    backfill); this process itself never imports TensorFlow then.
 
     Raises:
       PipelineBusy: another run of the pipeline holds the workdir's lock (see pipeline_lock).
@@ -338,7 +342,7 @@ def backfill(
     nights = nights_between(start, end)
     what = f"{spec.name}'s backfill of {start.isoformat()} to {end.isoformat()}"
     with pipeline_lock(paths, what, echo):
-        return _backfill_locked(loaded, paths, nights, echo)
+        return _backfill_locked(loaded, paths, nights, echo, supervised)
 
 
 def _backfill_locked(
@@ -346,6 +350,7 @@ def _backfill_locked(
     paths: RunPaths,
     nights: list[datetime.date],
     echo: Callable[[str], None],
+    supervised: bool = False,
 ) -> list[tuple[datetime.date, NightOutcome]]:
     spec = loaded.spec
     done: list[tuple[datetime.date, NightOutcome]] = []
@@ -363,7 +368,7 @@ def _backfill_locked(
                 echo(sent)
         else:
             echo(f"night {night.isoformat()}:")
-            outcome = run_night(Run(loaded, paths, span), echo=echo)
+            outcome = run_night(Run(loaded, paths, span), echo=echo, supervised=supervised)
         echo(
             f"night {night.isoformat()}: {Outcome(outcome.outcome).verdict}"
             + (" (already done, skipped)" if outcome.unchanged else "")

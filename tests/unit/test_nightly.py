@@ -160,6 +160,25 @@ def test_backfill_stops_at_a_night_without_data(tmp_path):
     assert "no data for 2026-11-01 (span 20758)" in outcome.message
 
 
+def test_conveyor_backfill_supervises_each_night_as_conveyor_run_does(tmp_path, monkeypatch):
+    """Each night with data goes to `run_night` with `supervised=True`: a night killed by a
+    signal ends FAILED with its summary and alert (tests/faults/test_supervisor.py proves the
+    supervised run itself)."""
+    for night in ("2026-11-01", "2026-11-02"):
+        argv = ["data", "taxi", "--workdir", str(tmp_path), "--date", night]
+        assert cli.main(argv) == 0
+    asked = []
+
+    def run_night(planned, force=False, echo=print, supervised=False):
+        asked.append((planned.span, supervised))
+        return nightly.NightOutcome(planned.span, "not_pushed", "stand-in", unchanged=False)
+
+    monkeypatch.setattr(nightly, "run_night", run_night)
+    argv = ["backfill", "taxi", "--workdir", str(tmp_path), "--env", "ci"]
+    assert cli.main([*argv, "--from", "2026-11-01", "--to", "2026-11-02"]) == 0
+    assert asked == [(20758, True), (20759, True)]
+
+
 def test_data_writes_the_packaged_sample_as_the_nights_span(tmp_path):
     assert cli.main(["data", "taxi", "--workdir", str(tmp_path), "--date", "2026-11-28"]) == 0
     written = tmp_path / "data" / "taxi" / "2026-11-28" / "taxi.csv"
