@@ -285,6 +285,21 @@ def finish_dag_run(
     return finish_from_metadata(spec, workdir, run_id, span, echo, failure)
 
 
+def prepare_airflow_run(resolved_spec: dict[str, Any], workdir: str, **_context: Any) -> str:
+    """The callable of the first task Conveyor adds to an Airflow DAG (`pipelines.run.airflow`):
+    reconciles serving with ML Metadata before the night's TFX tasks run, as `conveyor run`
+    does before each run.
+
+    Returns:
+      What reconcile did, for the task's log and XCom.
+    """
+    from pipelines.spec.models import PipelineSpec
+
+    spec = PipelineSpec.model_validate(resolved_spec)
+    done = serving_state.reconcile(RunPaths(workdir=Path(workdir).resolve(), spec=spec), print)
+    return done.describe() if (done.changed or done.unknown_kept) else "serving: in step"
+
+
 def finish_airflow_run(
     resolved_spec: dict[str, Any],
     workdir: str,

@@ -9,6 +9,11 @@ The night: a DAG is built once, when Airflow parses the file, so the night canno
 spec with dated spans is an Airflow template of the DAG run's logical date instead
 (`pipelines.build.nodes.example_gen`), so each night's run ingests exactly that date's span.
 
+What precedes a run: a first task, `conveyor_prepare`, which every TFX task waits for, puts
+serving back in step with ML Metadata (`pipelines.ops.finish.prepare_airflow_run`). The DAG runs
+one night at a time (`max_active_runs: 1`); a `conveyor run` of the same workdir is not locked
+out by Airflow (the lock is a process's, and a DAG run is many processes).
+
 What follows a run: the DAG file gives `airflow_dag` a final step, which becomes one more task,
 `conveyor_finish`, downstream of every TFX task with trigger rule `all_done`: it runs whether
 the night pushed, was blocked or failed, reads the DAG run back from ML Metadata and writes its
@@ -30,6 +35,7 @@ from typing import Any
 from pipelines.spec.loading import LoadedSpec
 from pipelines.spec.models import Orchestrator, PipelineSpec
 
+FIRST_TASK_ID = "conveyor_prepare"
 FINAL_TASK_ID = "conveyor_finish"
 
 _DAG_FILE = '''"""Airflow DAG of the Conveyor pipeline {name!r}: written by `{command}`.
@@ -44,13 +50,15 @@ import os
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
-from pipelines.ops.finish import finish_airflow_run  # noqa: E402
+from pipelines.ops.finish import finish_airflow_run, prepare_airflow_run  # noqa: E402
 from pipelines.run.airflow import airflow_dag  # noqa: E402
 
 WORKDIR = {workdir!r}
 RESOLVED_SPEC = {spec}
 
-dag = airflow_dag(RESOLVED_SPEC, WORKDIR, final_step=finish_airflow_run)
+dag = airflow_dag(
+    RESOLVED_SPEC, WORKDIR, first_step=prepare_airflow_run, final_step=finish_airflow_run
+)
 '''
 
 
@@ -76,6 +84,7 @@ def airflow_dag(
     resolved_spec: dict[str, Any],
     workdir: str,
     final_step: Callable[..., Any] | None = None,
+    first_step: Callable[..., Any] | None = None,
 ):
     """The Airflow DAG of a resolved spec (what the compiled DAG file calls).
 
@@ -84,6 +93,8 @@ def airflow_dag(
       workdir: the working directory the pipeline runs in.
       final_step: what the final task calls once every TFX task is done (see
         `add_final_task`); None builds the TFX tasks alone.
+      first_step: what a first task calls before any TFX task starts (see `add_first_task`);
+        None adds no first task.
     """
     os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
     from tfx.orchestration.airflow.airflow_dag_runner import (
@@ -105,9 +116,35 @@ def airflow_dag(
     )
     runner = AirflowDagRunner(AirflowPipelineConfig(airflow_dag_config=dag_config(spec)))
     dag = runner.run(pipeline)
+    if first_step is not None:
+        add_first_task(dag, first_step, resolved_spec, str(paths.workdir))
     if final_step is not None:
         add_final_task(dag, final_step, resolved_spec, str(paths.workdir))
     return dag
+
+
+def add_first_task(
+    dag, first_step: Callable[..., Any], resolved_spec: dict[str, Any], workdir: str
+):
+    """Adds the task every TFX task waits for: `first_step(resolved_spec, workdir, **context)`
+    puts serving back in step with ML Metadata (a push killed mid-way) before the night runs.
+
+    Returns:
+      The first task (a PythonOperator).
+    """
+    import functools
+
+    from airflow.operators.python import PythonOperator
+
+    roots = [task for task in dag.tasks if not task.upstream_task_ids]
+    first = PythonOperator(
+        task_id=FIRST_TASK_ID,
+        python_callable=functools.partial(first_step, resolved_spec, workdir),
+        retries=0,
+        dag=dag,
+    )
+    first.set_downstream(roots)
+    return first
 
 
 def add_final_task(

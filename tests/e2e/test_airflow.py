@@ -18,7 +18,7 @@ from pipelines import cli
 from pipelines.build.builder import build_pipeline
 from pipelines.build.spans import RANGE_CONFIG_TEMPLATE
 from pipelines.paths import REPORT_FILE, RUN_SUMMARY, RunPaths
-from pipelines.run.airflow import FINAL_TASK_ID
+from pipelines.run.airflow import FINAL_TASK_ID, FIRST_TASK_ID
 from pipelines.spec.loading import load_spec
 
 AIRFLOW = str(Path(sys.executable).parent / "airflow")
@@ -112,7 +112,9 @@ def test_the_dag_has_the_profiles_schedule_and_the_specs_edges(dagbag, tmp_path)
     edges = {n.id: sorted(u.id for u in n.upstream_nodes) for n in pipeline.components}
     upstream = dict(dag["upstream"])
     upstream.pop(FINAL_TASK_ID)
-    assert upstream == edges
+    assert upstream.pop(FIRST_TASK_ID) == []
+    # Every TFX task with no TFX upstream waits for the first task (reconcile) instead.
+    assert upstream == {node: parents or [FIRST_TASK_ID] for node, parents in edges.items()}
 
 
 @pytest.mark.parametrize("name", ["penguin", "penguin_dated"])
@@ -135,6 +137,9 @@ def test_the_logical_date_selects_the_nights_span(dagbag):
 
 def test_airflow_dags_test_runs_penguin_to_a_pushed_model(airflow):
     env, _, workdir = airflow
+    # A push killed mid-copy left a staging folder: the first task removes it before the night.
+    leftover = workdir / "serving" / "penguin" / ".incoming-9-12345"
+    leftover.mkdir(parents=True)
     done = subprocess.run(
         [AIRFLOW, "dags", "test", "penguin", NIGHT.isoformat()],
         env=env,
@@ -147,6 +152,7 @@ def test_airflow_dags_test_runs_penguin_to_a_pushed_model(airflow):
     assert "DagRun Finished: dag_id=penguin" in log and "state=success" in log
     version = workdir / "serving" / "penguin" / "1"
     assert (version / "saved_model.pb").is_file()
+    assert not leftover.exists()
     push = json.loads((version / "conveyor_push.json").read_text())
     assert push["version"] == 1
     assert push["model_uri"].startswith(str(workdir / "pipeline_root" / "penguin" / "trainer"))
