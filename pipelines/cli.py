@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from pipelines.build.spans import SpanError
-from pipelines.outcome import EXIT_FAILED, Outcome, worst_exit_code
+from pipelines.outcome import EXIT_FAILED, Outcome, PipelineBusy, worst_exit_code
 from pipelines.spec import checks
 from pipelines.spec import loading as config
 from pipelines.spec.loading import SpecError
@@ -171,14 +171,10 @@ def cmd_run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return EXIT_FAILED
-    try:
-        # Supervised: the pipeline runs in a child process, so that a run killed by a signal
-        # (the out-of-memory killer's SIGKILL, a scheduler's SIGTERM) still ends FAILED, with
-        # its summary and alert.
-        outcome = nightly.run_night(planned, force=args.force, supervised=True)
-    except nightly.PipelineBusy as err:  # another run holds the workdir: try again later
-        print(f"error: {err}", file=sys.stderr)
-        return err.exit_code
+    # Supervised: the pipeline runs in a child process, so that a run killed by a signal (the
+    # out-of-memory killer's SIGKILL, a scheduler's SIGTERM) still ends FAILED, with its summary
+    # and alert. A busy workdir (PipelineBusy) is answered in main().
+    outcome = nightly.run_night(planned, force=args.force, supervised=True)
     prefix = "UNCHANGED" if outcome.unchanged else Outcome(outcome.outcome).verdict
     print(f"{prefix}: {outcome.message}")
     if outcome.run_dir:
@@ -197,18 +193,14 @@ def cmd_backfill(args: argparse.Namespace) -> int:
     from pipelines.ops import nightly
 
     loaded = _load(args, args.pipeline)
-    try:
-        zone = loaded.spec.schedule.timezone
-        done = nightly.backfill(
-            loaded,
-            _workdir(args),
-            spans.parse_night(args.start, zone=zone),
-            spans.parse_night(args.end, zone=zone),
-            supervised=True,  # each night in a child process, as `conveyor run`
-        )
-    except nightly.PipelineBusy as err:  # another run holds the workdir: try again later
-        print(f"error: {err}", file=sys.stderr)
-        return err.exit_code
+    zone = loaded.spec.schedule.timezone
+    done = nightly.backfill(
+        loaded,
+        _workdir(args),
+        spans.parse_night(args.start, zone=zone),
+        spans.parse_night(args.end, zone=zone),
+        supervised=True,  # each night in a child process, as `conveyor run`
+    )
     print(f"{'night':<12} {'outcome':<11} {'ran?':<5} run record")
     for night, outcome in done:
         ran = "no" if outcome.unchanged else "yes"
@@ -265,16 +257,11 @@ def cmd_bless(args: argparse.Namespace) -> int:
 
     loaded = _load(args, args.pipeline)
     paths = RunPaths(workdir=_workdir(args), spec=loaded.spec)
-    from pipelines.ops.nightly import PipelineBusy
-
     try:
         blessed = bless(paths, args.run, args.by or getpass.getuser(), args.reason)
     except BlessError as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_FAILED
-    except PipelineBusy as err:  # a run holds the workdir: try again later
-        print(f"error: {err}", file=sys.stderr)
-        return err.exit_code
     print(f"PUSHED: version {blessed.version} to {blessed.target} (blessed run {args.run})")
     return 0
 
@@ -548,7 +535,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     Returns:
       The subcommand's exit code; 1 for a spec or span error (printed as one `error:` line, no
-      traceback); 141, as a shell reports SIGPIPE, when stdout's reader went away.
+      traceback); 75 when another run holds the workdir's lock; 141, as a shell reports SIGPIPE,
+      when stdout's reader went away.
     """
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
@@ -559,6 +547,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (SpecError, SpanError) as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_FAILED
+    except PipelineBusy as err:  # another run holds the workdir (run, backfill, bless): later
+        print(f"error: {err}", file=sys.stderr)
+        return err.exit_code
     except BrokenPipeError:
         # The reader went away (`conveyor runs NAME | head`): what Python's documentation
         # recommends (signal module, "Note on SIGPIPE"): point stdout at devnull so the flush at

@@ -319,20 +319,28 @@ def _file_sha256(directory: str) -> str | None:
     return hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else None
 
 
-def pushed_lineage(store: metadata_store.MetadataStore, pipeline_name: str) -> list[PushLineage]:
-    """Every version the pipeline pushed, oldest first, with the spans (Examples artifacts),
-    schema and code version of the Trainer execution that produced the pushed model."""
-    import json
-
+def successful_pushes(store: metadata_store.MetadataStore, pipeline_name: str) -> list | None:
+    """The pipeline's PushedModel artifacts that record a push (`pushed` set), oldest first;
+    None when ML Metadata holds no run of the pipeline at all."""
     pipeline = store.get_context_by_type_and_name("pipeline", pipeline_name)
     if pipeline is None:
-        return []
+        return None
     type_names = {t.id: t.name for t in store.get_artifact_types()}
     pushes = [
         a
         for a in store.get_artifacts_by_context(pipeline.id)
         if type_names.get(a.type_id) == PUSHED_MODEL_TYPE and custom_property(a, "pushed")
     ]
+    return sorted(pushes, key=lambda a: a.id)
+
+
+def pushed_lineage(store: metadata_store.MetadataStore, pipeline_name: str) -> list[PushLineage]:
+    """Every version the pipeline pushed, oldest first, with the spans (Examples artifacts),
+    schema and code version of the Trainer execution that produced the pushed model."""
+    import json
+
+    pushes = successful_pushes(store, pipeline_name) or []
+    type_names = {t.id: t.name for t in store.get_artifact_types()}
     lineage = []
     for push in sorted(pushes, key=lambda a: a.id):
         pusher = _producer(store, push.id)

@@ -77,6 +77,13 @@ later. 75 is EX_TEMPFAIL in sysexits.h, the code schedulers and mail systems rea
 it is no outcome of a run (nothing ran), so no outcome maps to it and no record is written."""
 
 
+class PipelineBusy(RuntimeError):
+    """Another run of the pipeline holds its lock under this workdir, so nothing was run. The
+    message names the holder and the `runtime.concurrency` key that decides what happens."""
+
+    exit_code = EXIT_BUSY
+
+
 def worst_exit_code(codes) -> int:
     """The exit code of several runs (a backfill): failed beats blocked beats ok."""
     codes = set(codes)

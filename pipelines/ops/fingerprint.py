@@ -126,9 +126,9 @@ def served_versions(paths: RunPaths) -> list[str]:
     """The version directories under the spec's serving directory, in ascending numeric order
     ([] when nothing is served). An outcome record keeps them, so a skipped re-run can tell
     when a served version was added or lost since."""
-    if not paths.serving_dir.is_dir():
-        return []
-    return sorted((p.name for p in paths.serving_dir.iterdir() if p.name.isdigit()), key=int)
+    from components.pusher.layout import served_versions as versions_on_disk
+
+    return [str(v) for v in versions_on_disk(str(paths.serving_dir))]
 
 
 def record_outcome(

@@ -38,7 +38,7 @@ from filelock import FileLock, Timeout
 
 from pipelines.build import spans
 from pipelines.ops import fingerprint
-from pipelines.outcome import EXIT_BUSY, Outcome, RunResult
+from pipelines.outcome import EXIT_BUSY, Outcome, PipelineBusy, RunResult
 from pipelines.paths import CRON_LOG, PROJECT_ROOT, RunPaths, runs_root
 from pipelines.run.plan import Run
 from pipelines.spec.loading import LoadedSpec
@@ -66,13 +66,6 @@ class NightOutcome:
     def exit_code(self) -> int:
         """The process exit code of this night's outcome (0 ok, 2 blocked, 1 failed)."""
         return Outcome(self.outcome).exit_code
-
-
-class PipelineBusy(RuntimeError):
-    """Another run of the pipeline holds its lock under this workdir, so nothing was run. The
-    message names the holder and the `runtime.concurrency` key that decides what happens."""
-
-    exit_code = EXIT_BUSY
 
 
 def owner_file(lock_file: Path) -> Path:

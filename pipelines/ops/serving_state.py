@@ -66,23 +66,14 @@ class Reconciled:
 
 def recorded_pushes(paths: RunPaths) -> tuple[bool, set[int]]:
     """(whether ML Metadata holds any run of the pipeline, the versions it recorded as pushed)."""
-    from pipelines.metadata import PUSHED_MODEL_TYPE, custom_property, open_store
+    from pipelines.metadata import custom_property, open_store, successful_pushes
 
     store = open_store(paths.spec, paths.metadata_path)
-    if store is None:
+    pushes = successful_pushes(store, paths.spec.name) if store is not None else None
+    if pushes is None:
         return False, set()
-    pipeline = store.get_context_by_type_and_name("pipeline", paths.spec.name)
-    if pipeline is None:
-        return False, set()
-    type_names = {t.id: t.name for t in store.get_artifact_types()}
-    versions = set()
-    for artifact in store.get_artifacts_by_context(pipeline.id):
-        if type_names.get(artifact.type_id) != PUSHED_MODEL_TYPE:
-            continue
-        version = custom_property(artifact, "pushed_version")
-        if custom_property(artifact, "pushed") and str(version).isdigit():
-            versions.add(int(version))
-    return True, versions
+    versions = {str(custom_property(a, "pushed_version")) for a in pushes}
+    return True, {int(v) for v in versions if v.isdigit()}
 
 
 def reconcile(paths: RunPaths, echo: Callable[[str], None] = print) -> Reconciled:
