@@ -67,3 +67,9 @@ def recording_webhook(entry: Callable[[BaseHTTPRequestHandler, dict], object] | 
     finally:
         server.shutdown()
         server.server_close()
+
+
+def run_artifacts(store, run_id: str, type_name: str) -> list:
+    """The artifacts of one type in a run's ML Metadata context (its pipeline_run), by run id."""
+    context = store.get_context_by_type_and_name("pipeline_run", run_id)
+    return [a for a in store.get_artifacts_by_context(context.id) if a.type == type_name]

@@ -18,6 +18,7 @@ from pipelines import cli, metadata
 from pipelines.ops import nightly, serving_state
 from pipelines.paths import RunPaths
 from pipelines.spec.loading import load_spec
+from tests.conftest import run_artifacts
 
 HELD = ["evaluation.first_run=require_manual_bless"]
 # Any accuracy passes the value bound; only the change threshold can stop a candidate.
@@ -93,17 +94,9 @@ def test_a_candidate_within_its_value_bound_but_worse_than_served_is_not_pushed(
     assert model_digest(str(paths.serving_dir / "1")) == served_before
     # What stopped it is the change threshold against the blessed model, not the value bound.
     store = metadata.open_store(loaded.spec, paths.metadata_path)
-    context = store.get_context_by_type_and_name("pipeline_run", result.run_id)
-    artifacts = store.get_artifacts_by_context(context.id)
-    [evaluation] = [a for a in artifacts if a.type == "ModelEvaluation"]
-    [blessing] = [a for a in artifacts if a.type == "ModelBlessing"]
-    held_model = next(
-        a
-        for a in store.get_artifacts_by_context(
-            store.get_context_by_type_and_name("pipeline_run", first.run_id).id
-        )
-        if a.type == "Model"
-    )
+    [evaluation] = run_artifacts(store, result.run_id, "ModelEvaluation")
+    [blessing] = run_artifacts(store, result.run_id, "ModelBlessing")
+    [held_model] = run_artifacts(store, first.run_id, "Model")
     assert blessing.custom_properties["baseline_model_id"].int_value == held_model.id
     validation = tfma.load_validation_result(evaluation.uri)
     assert not validation.validation_ok

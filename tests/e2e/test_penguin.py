@@ -17,7 +17,7 @@ from pipelines.ops import nightly
 from pipelines.paths import RunPaths
 from pipelines.spec.loading import load_spec
 from pipelines.spec.models import DEFAULT_COMPONENTS
-from tests.conftest import copy_fixture
+from tests.conftest import copy_fixture, run_artifacts
 
 # Every node of the default chain but the resolver, which only resolves inputs.
 TRAINED_NODES = set(DEFAULT_COMPONENTS) - {"baseline_resolver"}
@@ -148,16 +148,7 @@ def test_a_worse_model_on_new_data_is_compared_with_the_served_one_and_not_pushe
     assert model_digest(str(paths.serving_dir / "1")) == served_before
     # The Evaluator compared it with the model serving as version 1.
     store = metadata.open_store(loaded.spec, paths.metadata_path)
-    context = store.get_context_by_type_and_name("pipeline_run", result.run_id)
-    (blessing,) = [
-        a for a in store.get_artifacts_by_context(context.id) if a.type == "ModelBlessing"
-    ]
+    (blessing,) = run_artifacts(store, result.run_id, "ModelBlessing")
     assert blessing.custom_properties["blessed"].int_value == 0
-    served = next(
-        a
-        for a in store.get_artifacts_by_context(
-            store.get_context_by_type_and_name("pipeline_run", first.run_id).id
-        )
-        if a.type == "Model"
-    )
+    (served,) = run_artifacts(store, first.run_id, "Model")
     assert blessing.custom_properties["baseline_model_id"].int_value == served.id
