@@ -395,6 +395,26 @@ def cmd_schema(args: argparse.Namespace) -> int:
     return 0
 
 
+def add_common_options(
+    p: argparse.ArgumentParser, workdir: bool = True, env_default: str | None = "local"
+) -> None:
+    """Adds --env, --set and (unless workdir is False) --workdir to a subcommand."""
+    p.add_argument("--env", default=env_default, help="environment profile in configs/")
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY.PATH=VALUE",
+        help="override a spec value (YAML); repeatable, applied last",
+    )
+    if workdir:
+        p.add_argument(
+            "--workdir",
+            help="where data, pipeline outputs, metadata and serving models live "
+            "(default: $CONVEYOR_WORKDIR or ./.conveyor)",
+        )
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The `conveyor` argument parser: one subcommand per `cmd_*`, each set as `args.func`."""
     parser = argparse.ArgumentParser(
@@ -403,30 +423,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True)
 
-    def common(
-        p: argparse.ArgumentParser, workdir: bool = True, env_default: str | None = "local"
-    ) -> None:
-        p.add_argument("--env", default=env_default, help="environment profile in configs/")
-        p.add_argument(
-            "--set",
-            action="append",
-            default=[],
-            metavar="KEY.PATH=VALUE",
-            help="override a spec value (YAML); repeatable, applied last",
-        )
-        if workdir:
-            p.add_argument(
-                "--workdir",
-                help="where data, pipeline outputs, metadata and serving models live "
-                "(default: $CONVEYOR_WORKDIR or ./.conveyor)",
-            )
-
     p = sub.add_parser("list", help="list pipelines and environment profiles")
     p.set_defaults(func=cmd_list)
 
     p = sub.add_parser("validate", help="load and validate specs (all pipelines x profiles)")
     p.add_argument("pipelines", nargs="*", help="pipeline names or spec paths")
-    common(p, workdir=False, env_default=None)  # no --env: every profile
+    add_common_options(p, workdir=False, env_default=None)  # no --env: every profile
     p.add_argument("--print", action="store_true", help="print the resolved spec")
     p.add_argument(
         "--connect", action="store_true", help="also check that a MySQL metadata store answers"
@@ -435,7 +437,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("compile", help="write a Kubeflow PipelineJob or an Airflow DAG file")
     p.add_argument("pipeline")
-    common(p, env_default="kubeflow")
+    add_common_options(p, env_default="kubeflow")
     p.add_argument(
         "--target",
         choices=["kubeflow", "airflow"],
@@ -451,7 +453,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("data", help="write a pipeline's input CSV from packaged data")
     p.add_argument("pipeline")
     p.add_argument("--date", help="dated spans: the night to write (default: yesterday)")
-    common(p)
+    add_common_options(p)
     p.set_defaults(func=cmd_data)
 
     p = sub.add_parser("run", help="run a pipeline locally (LocalDagRunner)")
@@ -467,21 +469,21 @@ def build_parser() -> argparse.ArgumentParser:
         "latest span with data)",
     )
     p.add_argument("--span", type=int, help="the span to process ({SPAN} patterns)")
-    common(p)
+    add_common_options(p)
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("backfill", help="run the nights from --from to --to in order")
     p.add_argument("pipeline")
     p.add_argument("--from", dest="start", required=True, metavar="DATE")
     p.add_argument("--to", dest="end", required=True, metavar="DATE")
-    common(p)
+    add_common_options(p)
     p.set_defaults(func=cmd_backfill)
 
     p = sub.add_parser("schedule", help="install (or --print) the nightly crontab entry")
     p.add_argument("pipeline")
     p.add_argument("--cron", help="cron expression (default: the spec's schedule.cron)")
     p.add_argument("--print", action="store_true", help="print the line, install nothing")
-    common(p)
+    add_common_options(p)
     p.set_defaults(func=cmd_schedule)
 
     p = sub.add_parser(
@@ -494,19 +496,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--run", required=True, metavar="RUN_ID", help="the run whose candidate to push")
     p.add_argument("--reason", required=True, help="why the candidate may be served (recorded)")
     p.add_argument("--by", help="who blesses it (default: the user name)")
-    common(p)
+    add_common_options(p)
     p.set_defaults(func=cmd_bless)
 
     p = sub.add_parser("lineage", help="which spans, schema and code made each pushed version")
     p.add_argument("pipeline")
     p.add_argument("--version", help="one pushed version only")
-    common(p)
+    add_common_options(p)
     p.set_defaults(func=cmd_lineage)
 
     p = sub.add_parser("runs", help="recent runs from the metadata store")
     p.add_argument("pipeline")
     p.add_argument("--limit", type=int, default=10)
-    common(p)
+    add_common_options(p)
     p.set_defaults(func=cmd_runs)
 
     p = sub.add_parser("report", help="print (or --open) the HTML report of a run")
@@ -525,8 +527,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("action", choices=("diff", "accept"))
     p.add_argument("pipeline")
-    common(p)
+    add_common_options(p)
     p.set_defaults(func=cmd_schema)
+
+    # Serving and model management commands live beside their code; each module adds its own
+    # subcommands and imports nothing heavy until one runs.
+    from pipelines.ops import models_command
+    from pipelines.serving import deploy_command, serve_command
+
+    for module in (serve_command, models_command, deploy_command):
+        module.register(sub, add_common_options)
     return parser
 
 

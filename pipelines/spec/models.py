@@ -476,8 +476,104 @@ class EvaluationSpec(StrictModel):
         return self
 
 
+class VersionPolicy(str, enum.Enum):
+    """Which versions of the base path the model server loads (TF Serving's
+    `model_version_policy`)."""
+
+    LATEST = "latest"
+    ALL = "all"
+    LABELLED = "labelled"
+
+
+class AfterRollback(str, enum.Enum):
+    """What the first push after a `conveyor rollback` becomes."""
+
+    CANARY = "canary"
+    STABLE = "stable"
+
+
+class BatchingSpec(StrictModel):
+    """TF Serving's server-side batching (`--batching_parameters_file`)."""
+
+    max_batch_size: int = Field(default=64, ge=1, description="Largest batch the server forms.")
+    batch_timeout_micros: int = Field(
+        default=1000, ge=0, description="How long a batch waits to fill, in microseconds."
+    )
+    max_enqueued_batches: int = Field(
+        default=100, ge=1, description="Batches queued before requests are refused."
+    )
+    num_batch_threads: int = Field(
+        default=4, ge=1, description="Threads that run batches in parallel."
+    )
+
+
+_MEMORY = re.compile(r"^(\d+(?:\.\d+)?)(K|M|G|T|Ki|Mi|Gi|Ti)?$")
+_MEMORY_GB = {None: 1e-9, "K": 1e-6, "M": 1e-3, "G": 1.0, "T": 1e3}
+_MEMORY_GB.update({"Ki": 2**10 / 1e9, "Mi": 2**20 / 1e9, "Gi": 2**30 / 1e9, "Ti": 2**40 / 1e9})
+
+
+class ResourcesSpec(StrictModel):
+    """What one node's container asks for on Kubeflow Pipelines / Vertex AI."""
+
+    cpu: float | None = Field(default=None, gt=0, description="vCPU limit.")
+    memory: str | None = Field(default=None, description="Memory limit, e.g. 8Gi or 16G.")
+    gpu: int = Field(default=0, ge=0, description="Number of GPUs (accelerators).")
+    gpu_type: str | None = Field(
+        default=None, description="Accelerator type, e.g. NVIDIA_TESLA_T4 (needed with gpu)."
+    )
+
+    @field_validator("memory")
+    @classmethod
+    def _memory_form(cls, value: str | None) -> str | None:
+        if value is not None and not _MEMORY.match(value):
+            raise ValueError(f"memory {value!r} is not a quantity like 512Mi, 8Gi or 16G")
+        return value
+
+    @model_validator(mode="after")
+    def _gpu_type_with_gpu(self) -> ResourcesSpec:
+        if self.gpu and not self.gpu_type:
+            raise ValueError("gpu needs gpu_type (e.g. NVIDIA_TESLA_T4, NVIDIA_L4)")
+        if self.gpu_type and not self.gpu:
+            raise ValueError(f"gpu_type {self.gpu_type!r} is set but gpu is 0")
+        return self
+
+    @property
+    def memory_gb(self) -> float | None:
+        """The memory limit in GB (10^9 bytes), as KFP's ResourceSpec takes it."""
+        if self.memory is None:
+            return None
+        number, unit = _MEMORY.match(self.memory).groups()
+        return float(number) * _MEMORY_GB[unit]
+
+
+class DeploySpec(StrictModel):
+    """What `conveyor deploy render` writes for a model server on Kubernetes."""
+
+    image: str = Field(
+        default="tensorflow/serving:2.16.1",
+        description="Model server image for `--target tf-serving`.",
+    )
+    replicas: int = Field(default=1, ge=1, description="Model server replicas.")
+    resources: ResourcesSpec = Field(
+        default_factory=lambda: ResourcesSpec(cpu=1, memory="2Gi"),
+        description="What each model server container asks for (profiles override it).",
+    )
+    storage_uri: str | None = Field(
+        default=None,
+        description="Where the cluster reads the model base path (gs://, s3://, pvc://); "
+        "unset: a PersistentVolumeClaim named after the model.",
+    )
+    canary_traffic_percent: int = Field(
+        default=10,
+        ge=0,
+        le=100,
+        description="KServe: share of traffic the canary gets (`--target kserve`).",
+    )
+
+
 class PushSpec(StrictModel):
-    """Where a blessed model is published for TF Serving, and how many versions stay."""
+    """Where a blessed model is published for TF Serving, how it is labelled and served, and how
+    many versions stay."""
 
     base_dir: NoParentPath = Field(
         description="TF Serving model base path; relative paths are under workdir."
@@ -488,8 +584,61 @@ class PushSpec(StrictModel):
     keep_versions: int | None = Field(
         default=None,
         ge=1,
-        description="Retention: after a push, only the newest K versions stay (all when unset).",
+        description="Retention: after a push, only the newest K versions stay (all when unset); "
+        "a version a label points to always stays.",
     )
+    version_policy: VersionPolicy = Field(
+        default=VersionPolicy.LABELLED,
+        description="Which versions the model server loads: `latest` (the newest), `all`, or "
+        "`labelled` (the versions the labels point to: TF Serving's `specific`).",
+    )
+    labels: list[Identifier] = Field(
+        default_factory=lambda: ["stable", "canary"],
+        description="Version labels Conveyor maintains in models.config (`stable` and "
+        "`canary`; empty: none).",
+    )
+    after_rollback: AfterRollback = Field(
+        default=AfterRollback.CANARY,
+        description="What the next push becomes after `conveyor rollback`: `canary` (stable "
+        "stays on the rolled-back-to version until `conveyor promote`) or `stable`.",
+    )
+    batching: BatchingSpec | None = Field(
+        default=None, description="Server-side batching parameters (none when unset)."
+    )
+    monitoring_path: str = Field(
+        default="/monitoring/prometheus/metrics",
+        pattern=r"^/[A-Za-z0-9_/.-]*$",
+        description="Path the model server serves Prometheus metrics on.",
+    )
+    latency_budget_ms: float = Field(
+        default=250.0,
+        gt=0,
+        description="Infra validation: the candidate's p99 latency over the canary requests "
+        "must stay within this many milliseconds.",
+    )
+    canary_requests: int = Field(
+        default=40,
+        ge=1,
+        le=10000,
+        description="Infra validation: how many canary requests (rows from the evaluation "
+        "split, in both formats) the candidate answers.",
+    )
+    deploy: DeploySpec = Field(
+        default_factory=DeploySpec, description="Kubernetes manifests (`conveyor deploy render`)."
+    )
+
+    @model_validator(mode="after")
+    def _labels_need_a_policy_that_loads_them(self) -> PushSpec:
+        if self.labels and self.version_policy is VersionPolicy.LATEST:
+            raise ValueError(
+                "labels need version_policy `labelled` or `all`: TF Serving refuses a label on "
+                "a version it has not loaded, and `latest` loads only the newest"
+            )
+        if self.labels and "stable" not in self.labels:
+            raise ValueError("labels must include `stable`, the version clients get by default")
+        if len(set(self.labels)) != len(self.labels):
+            raise ValueError(f"labels {self.labels} repeat a name")
+        return self
 
 
 class MetadataKind(str, enum.Enum):
@@ -527,48 +676,11 @@ class MetadataSpec(StrictModel):
         return self
 
 
-_MEMORY = re.compile(r"^(\d+(?:\.\d+)?)(K|M|G|T|Ki|Mi|Gi|Ti)?$")
-_MEMORY_GB = {None: 1e-9, "K": 1e-6, "M": 1e-3, "G": 1.0, "T": 1e3}
-_MEMORY_GB.update({"Ki": 2**10 / 1e9, "Mi": 2**20 / 1e9, "Gi": 2**30 / 1e9, "Ti": 2**40 / 1e9})
 # registry[:port]/path[:tag|@sha256:digest], lower case as Docker requires.
 _IMAGE = re.compile(
     r"^[a-z0-9]+([._-][a-z0-9]+)*(\.[a-z0-9-]+)*(:[0-9]+)?(/[a-z0-9]+([._-][a-z0-9]+)*)*"
     r"(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}|@sha256:[0-9a-f]{64})?$"
 )
-
-
-class ResourcesSpec(StrictModel):
-    """What one node's container asks for on Kubeflow Pipelines / Vertex AI."""
-
-    cpu: float | None = Field(default=None, gt=0, description="vCPU limit.")
-    memory: str | None = Field(default=None, description="Memory limit, e.g. 8Gi or 16G.")
-    gpu: int = Field(default=0, ge=0, description="Number of GPUs (accelerators).")
-    gpu_type: str | None = Field(
-        default=None, description="Accelerator type, e.g. NVIDIA_TESLA_T4 (needed with gpu)."
-    )
-
-    @field_validator("memory")
-    @classmethod
-    def _memory_form(cls, value: str | None) -> str | None:
-        if value is not None and not _MEMORY.match(value):
-            raise ValueError(f"memory {value!r} is not a quantity like 512Mi, 8Gi or 16G")
-        return value
-
-    @model_validator(mode="after")
-    def _gpu_type_with_gpu(self) -> ResourcesSpec:
-        if self.gpu and not self.gpu_type:
-            raise ValueError("gpu needs gpu_type (e.g. NVIDIA_TESLA_T4, NVIDIA_L4)")
-        if self.gpu_type and not self.gpu:
-            raise ValueError(f"gpu_type {self.gpu_type!r} is set but gpu is 0")
-        return self
-
-    @property
-    def memory_gb(self) -> float | None:
-        """The memory limit in GB (10^9 bytes), as KFP's ResourceSpec takes it."""
-        if self.memory is None:
-            return None
-        number, unit = _MEMORY.match(self.memory).groups()
-        return float(number) * _MEMORY_GB[unit]
 
 
 class ContainerSpec(StrictModel):

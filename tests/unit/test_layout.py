@@ -1,5 +1,5 @@
-"""The house's shape, checked: the packages read spec -> build -> run -> ops, with no module
-importing a later layer, and no import cycles, lazy imports inside functions included."""
+"""The house's shape, checked: the packages read spec -> build -> run -> serving -> ops, with no
+module importing a later layer, and no import cycles, lazy imports inside functions included."""
 
 import ast
 from pathlib import Path
@@ -7,7 +7,7 @@ from pathlib import Path
 from pipelines.paths import PROJECT_ROOT
 
 # Each layer may import itself and the layers before it (and the shared modules below).
-LAYERS = ["spec", "build", "run", "ops"]
+LAYERS = ["spec", "build", "run", "serving", "ops"]
 SHARED = {"pipelines.paths", "pipelines.outcome", "pipelines.metadata"}
 
 

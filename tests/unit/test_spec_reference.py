@@ -79,7 +79,8 @@ def test_the_reference_covers_every_spec_model_and_component_type():
     # The YAML key, not the Python attribute, and where each nested section lives.
     assert "| `schema` | [SchemaSpec](#schemaspec) |" in text
     assert "Key: `evaluation.metrics[].change`." in text
-    assert "Key: `runtime.container.resources.<name>`." in text
+    assert "Key: `push.deploy.resources`." in text  # first reached there, then by name:
+    assert "mapping of identifier to [ResourcesSpec](#resourcesspec)" in text
     assert reference.MODELINE in text
 
 
