@@ -90,6 +90,12 @@ class RunPaths:
         return self.workdir / self.spec.push.base_dir / self.spec.push.model_name
 
     @property
+    def serving_config_dir(self) -> Path:
+        """The push base_dir, which holds `serving_dir` and TF Serving's config files beside
+        it: `models.config`, `monitoring.config` and (with `push.batching`) `batching.config`."""
+        return self.workdir / self.spec.push.base_dir
+
+    @property
     def serving_data_dir(self) -> Path | None:
         """Where the serving logs used for skew are (None: the spec measures no skew)."""
         folder = self.spec.data.serving_data_dir
