@@ -8,7 +8,7 @@ answer back from ML Metadata first, for a run whose runner cannot answer (an orc
 tasks, a killed process).
 
 Kubeflow is not finished here: KFP keeps its own ML Metadata, which its exit handler cannot
-read; `components.run_finish` alerts from the final status KFP hands it, and writes no report.
+read; `components.run_finish` reports and alerts from the final status KFP hands it.
 """
 
 from __future__ import annotations

@@ -10,12 +10,14 @@ module adds only what KFP itself needs:
 - custom artifact types whose names KFP's schema titles reject get a `conveyor.Name` title;
 - the job's output directory and the nightly schedule for KFP and Vertex AI;
 - an exit handler (`components.run_finish`), which KFP runs after every task, whatever their
-  state: it alerts when the run did not succeed. With it, KFP nests the pipeline's tasks in a
-  `tfx-dag` sub-DAG, and the root DAG holds that and the exit handler.
+  state: when the run did not succeed it writes the run's report under the workdir and alerts.
+  With it, KFP nests the pipeline's tasks in a `tfx-dag` sub-DAG, and the root DAG holds that
+  and the exit handler.
 
 KFP records lineage in its own ML Metadata, so `runtime.metadata` is not part of a PipelineJob,
-and the exit handler cannot read the run back: a Kubeflow run alerts, but writes no Conveyor
-report or outcome record (`conveyor run` and Airflow's final task do).
+and the exit handler cannot read the run back: a Kubeflow run's report carries KFP's final
+state and error but no node details, and there is no outcome record (`conveyor run` and
+Airflow's final task write both in full).
 """
 
 from __future__ import annotations
@@ -193,15 +195,18 @@ def schedule_description(spec: PipelineSpec, job_file: str) -> dict[str, Any]:
     }
 
 
-def exit_handler(spec: PipelineSpec):
+def exit_handler(spec: PipelineSpec, workdir: str):
     """The exit handler node: `components.run_finish`'s RunFinish, given the final status KFP
-    fills in and the resolved spec (the pipeline's name and its webhook's variable)."""
+    fills in, the resolved spec (the pipeline's name and its webhook's variable) and the
+    workdir its report goes under."""
     from tfx.orchestration.kubeflow.decorators import FinalStatusStr
 
     from components.run_finish.component import RunFinish
 
     return RunFinish(
-        final_status=FinalStatusStr(), resolved_spec=json.dumps(spec.to_yaml_dict())
+        final_status=FinalStatusStr(),
+        resolved_spec=json.dumps(spec.to_yaml_dict()),
+        workdir=str(workdir),
     ).with_id(EXIT_HANDLER_ID)
 
 
@@ -221,7 +226,7 @@ def compile_pipeline(loaded: LoadedSpec, workdir: str, output: Path) -> list[Pat
             default_commands=EXECUTOR_COMMAND,
         ),
     )
-    runner.set_exit_handler(exit_handler(spec))
+    runner.set_exit_handler(exit_handler(spec, workdir))
     job = runner.run(pipeline, write_out=False)
     _fill_missing_resources(job, spec)
     runtime_config = job.setdefault("runtimeConfig", {})

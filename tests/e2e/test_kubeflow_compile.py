@@ -181,6 +181,11 @@ def test_the_exit_handler_gets_the_final_status_after_every_task(compiled, name)
         handler.inputs.parameters["resolved_spec"].runtime_value.constant_value.string_value
     )
     assert json.loads(resolved) == load_spec(name, env="kubeflow").spec.to_yaml_dict()
+    # Its report goes under the profile's workdir, a Cloud Storage mount every task sees.
+    workdir = handler.inputs.parameters["workdir"].runtime_value
+    assert (workdir.constant.string_value or workdir.constant_value.string_value).startswith(
+        "/gcs/"
+    )
     # The pipeline's own tasks are all inside the sub-DAG.
     assert set(spec.components[PIPELINE_DAG].dag.tasks) == set(job_tasks(job["pipelineSpec"])) - {
         EXIT_HANDLER_ID

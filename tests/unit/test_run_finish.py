@@ -284,18 +284,43 @@ def resolved_spec():
     return json.dumps(spec.to_yaml_dict())
 
 
-def test_the_exit_handler_alerts_for_a_failed_kubeflow_run(resolved_spec, webhook):
+def test_the_exit_handler_reports_and_alerts_a_failed_kubeflow_run(
+    resolved_spec, webhook, tmp_path
+):
     from components.run_finish.component import alert_final_status
 
-    said = alert_final_status(json.dumps(FAILED_STATUS), resolved_spec)
+    said = alert_final_status(json.dumps(FAILED_STATUS), resolved_spec, str(tmp_path))
 
     job = FAILED_STATUS["pipelineJobResourceName"]
     message = f"the Kubeflow run {job} ended FAILED: {FAILED_STATUS['error']['message']}"
     assert said.startswith(f"penguin: FAILED: {message}; alert sent (failed) to the webhook")
+    # The report is where `conveyor report penguin-20261128 --workdir W` looks for it.
+    report = tmp_path / "runs" / "penguin" / "penguin-20261128" / "report.html"
+    assert said.endswith(f"; report: {report}")
+    page = report.read_text()
+    assert "penguin" in page and "FAILED" in page.upper()
+    assert "The failed tasks are: [trainer]." in page
     [alert] = webhook
     assert alert["pipeline"] == "penguin" and alert["outcome"] == "failed"
     assert alert["run_id"] == job and alert["reason"] == message
-    assert alert["report"] is None  # KFP's metadata is not readable here: no report
+    assert alert["report"] == str(report)
+    from pipelines.cli import main
+
+    assert main(["report", "penguin-20261128", "--workdir", str(tmp_path)]) == 0
+
+
+def test_the_exit_handler_alerts_even_when_the_report_cannot_be_written(
+    resolved_spec, webhook, tmp_path
+):
+    from components.run_finish.component import alert_final_status
+
+    blocked = tmp_path / "not-a-folder"
+    blocked.write_text("a file where the workdir should be")
+    said = alert_final_status(json.dumps(FAILED_STATUS), resolved_spec, str(blocked))
+
+    assert "alert sent (failed)" in said and "; no report written: " in said
+    [alert] = webhook
+    assert alert["report"] is None
 
 
 def test_the_exit_handler_sends_nothing_for_a_succeeded_run(resolved_spec, webhook):
