@@ -1,0 +1,87 @@
+"""`python -m pipelines.serving.runtime`: serve SavedModels over TF Serving's REST API.
+
+The flags mirror `tensorflow_model_server`'s (`--model_name`, `--model_base_path`,
+`--model_config_file`, `--rest_api_port`, `--file_system_poll_wait_seconds`) in this project's
+spelling; see docs/serving.md ("Local model server").
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The server's command line."""
+    parser = argparse.ArgumentParser(
+        prog="python -m pipelines.serving.runtime",
+        description="Serve SavedModel base paths over TF Serving's REST API (no gRPC).",
+    )
+    parser.add_argument("--model-name", help="the model's name in REST paths")
+    parser.add_argument(
+        "--model-base-path", help="the folder holding the model's numbered versions"
+    )
+    parser.add_argument(
+        "--model-config-file",
+        help="a models.config (TF Serving's ModelServerConfig, text format), re-read every poll: "
+        "models, version policies and labels",
+    )
+    parser.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    parser.add_argument(
+        "--port", type=int, default=8501, help="port to listen on (0: any free port)"
+    )
+    parser.add_argument(
+        "--poll-seconds",
+        type=float,
+        default=1.0,
+        help="how often to look for new or removed versions and config changes",
+    )
+    parser.add_argument(
+        "--ready-file",
+        help='once every model has a warmed version, write {"port": N, "pid": PID} here',
+    )
+    parser.add_argument(
+        "--monitoring-path",
+        default="/monitoring/prometheus/metrics",
+        help="path of the Prometheus metrics",
+    )
+    return parser
+
+
+def options_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser):
+    """The parsed command line as ServerOptions; a wrong combination is a usage error."""
+    from pipelines.serving.runtime.server import ServerOptions
+
+    single = args.model_name or args.model_base_path
+    if args.model_config_file and single:
+        parser.error("give --model-config-file, or --model-name with --model-base-path, not both")
+    if not args.model_config_file and not (args.model_name and args.model_base_path):
+        parser.error("give --model-name with --model-base-path, or --model-config-file")
+    if args.poll_seconds <= 0:
+        parser.error("--poll-seconds must be positive")
+    if not args.monitoring_path.startswith("/"):
+        parser.error("--monitoring-path must start with /")
+    return ServerOptions(
+        model_name=args.model_name,
+        model_base_path=args.model_base_path,
+        model_config_file=args.model_config_file,
+        host=args.host,
+        port=args.port,
+        poll_seconds=args.poll_seconds,
+        ready_file=args.ready_file,
+        monitoring_path=args.monitoring_path,
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Runs the server; returns 0 when stopped by a signal, 1 for a config it cannot serve."""
+    parser = build_parser()
+    options = options_from_args(parser.parse_args(argv), parser)
+    from pipelines.serving.runtime.server import run_server
+
+    return run_server(options)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,555 @@
+"""TF Serving's JSON mapping, as `tensorflow_serving/util/json_tensor.cc` implements it: request
+bodies into tensors (predict) or serialized tf.Examples (classify, regress), and results back
+into the JSON TF Serving answers with.
+
+The checks, their order and their messages follow json_tensor.cc, so a request TF Serving
+refuses is refused here with the same words. Two differences remain: JSON syntax errors carry
+Python's parser message instead of rapidjson's (both start "JSON Parse error:"), and numbers are
+written as Python's shortest round-trip form of the float32, where TF Serving writes "%g" or
+"%.9g": the same float32 either way.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from pipelines.serving.runtime.errors import ServingError, invalid_argument
+
+ROW = "row"
+COLUMNAR = "columnar"
+
+SIGNATURE_KEY = "signature_name"
+INSTANCES_KEY = "instances"
+INPUTS_KEY = "inputs"
+CONTEXT_KEY = "context"
+EXAMPLES_KEY = "examples"
+BASE64_KEY = "b64"
+# Output tensors whose name ends so hold bytes: TF Serving writes them as {"b64": ...}.
+BYTES_SUFFIX = "_bytes"
+
+# tensorflow/core/framework/types.proto numbers, and the names DataTypeString gives them.
+DT_FLOAT, DT_DOUBLE, DT_INT32, DT_UINT8, DT_INT16, DT_INT8, DT_STRING = 1, 2, 3, 4, 5, 6, 7
+DT_INT64, DT_BOOL, DT_UINT32, DT_UINT64 = 9, 10, 22, 23
+DTYPE_NAMES = {
+    1: "float",
+    2: "double",
+    3: "int32",
+    4: "uint8",
+    5: "int16",
+    6: "int8",
+    7: "string",
+    8: "complex64",
+    9: "int64",
+    10: "bool",
+    14: "bfloat16",
+    17: "uint16",
+    18: "complex128",
+    19: "half",
+    20: "resource",
+    21: "variant",
+    22: "uint32",
+    23: "uint64",
+}
+NUMPY_DTYPES = {
+    DT_FLOAT: np.float32,
+    DT_DOUBLE: np.float64,
+    DT_INT32: np.int32,
+    DT_UINT8: np.uint8,
+    DT_INT16: np.int16,
+    DT_INT8: np.int8,
+    DT_STRING: object,
+    DT_INT64: np.int64,
+    DT_BOOL: np.bool_,
+    DT_UINT32: np.uint32,
+    DT_UINT64: np.uint64,
+}
+_INT32_TYPES = (DT_INT32, DT_INT16, DT_INT8, DT_UINT8)
+# The largest integers a float or double holds exactly (json_tensor.cc's IsLosslessDecimal).
+_EXACT_INT = {DT_FLOAT: (1 << 24) - 1, DT_DOUBLE: (1 << 53) - 1}
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
+
+
+def dtype_name(dtype: int) -> str:
+    """TensorFlow's DataTypeString: `float`, `int64`, `string`..."""
+    return DTYPE_NAMES.get(dtype, f"type {dtype}")
+
+
+def show(value: Any) -> str:
+    """A JSON value as error messages quote it."""
+    return json.dumps(value, allow_nan=True)
+
+
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "Null"
+    if value is True:
+        return "True"
+    if value is False:
+        return "False"
+    if isinstance(value, dict):
+        return "Object"
+    if isinstance(value, list):
+        return "Array"
+    if isinstance(value, str):
+        return "String"
+    return "Number"
+
+
+def _type_error(value: Any, dtype: int) -> ServingError:
+    return invalid_argument(
+        f"JSON Value: {show(value)} Type: {_json_type(value)} is not of expected type: "
+        f"{dtype_name(dtype)}"
+    )
+
+
+def _lossy(value: Any, target: str) -> ServingError:
+    return invalid_argument(
+        f"Cannot convert JSON value: {show(value)} to {target} without loss of precision."
+    )
+
+
+def _format_error(doc: Any, *parts: str) -> ServingError:
+    return invalid_argument(f"JSON Value: {show(doc)} {''.join(parts)}")
+
+
+# ----------------------------------------------------------------------------- parsing
+
+
+def parse_body(body: bytes) -> dict:
+    """The request body as a JSON object (NaN and Infinity accepted, as TF Serving does)."""
+    if not body:
+        raise invalid_argument("JSON Parse error: The document is empty")
+    try:
+        doc = json.loads(body)
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        where = f" at offset: {err.pos}" if isinstance(err, json.JSONDecodeError) else ""
+        reason = err.msg if isinstance(err, json.JSONDecodeError) else str(err)
+        raise invalid_argument(f"JSON Parse error: {reason}{where}") from None
+    if not isinstance(doc, dict):
+        raise _format_error(doc, "Is not object")
+    return doc
+
+
+def signature_name(doc: Mapping[str, Any]) -> str:
+    """The request's `signature_name` ("" when absent: the default signature)."""
+    value = doc.get(SIGNATURE_KEY, "")
+    if not isinstance(value, str):
+        raise _format_error(
+            doc, "not formatted correctly. 'signature_name' key must be a string value."
+        )
+    return value
+
+
+def _is_base64(value: Any) -> bool:
+    return isinstance(value, dict) and len(value) == 1 and isinstance(value.get(BASE64_KEY), str)
+
+
+def _decode_base64(value: Any) -> bytes:
+    if not _is_base64(value):
+        raise invalid_argument(f"JSON Value: {show(value)} not formatted correctly for base64 data")
+    try:
+        return base64.b64decode(value[BASE64_KEY], validate=True)
+    except (binascii.Error, ValueError):
+        raise invalid_argument("Unable to base64 decode") from None
+
+
+def _scalar(value: Any, dtype: int) -> Any:
+    """One JSON leaf as a value of `dtype` (AddValueToTensor)."""
+    if dtype not in NUMPY_DTYPES:
+        raise ServingError(
+            "UNIMPLEMENTED",
+            f"Conversion of JSON Value: {show(value)} to type: {dtype_name(dtype)}",
+        )
+    if dtype in (DT_FLOAT, DT_DOUBLE):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise _type_error(value, dtype)
+        target = "float" if dtype == DT_FLOAT else "double"
+        if isinstance(value, int):
+            if abs(value) > _EXACT_INT[dtype]:
+                raise _lossy(value, target)
+        elif dtype == DT_FLOAT and math.isfinite(value) and abs(value) > _FLOAT32_MAX:
+            raise _lossy(value, target)
+        return value
+    if dtype == DT_STRING:
+        if not isinstance(value, str):
+            raise _type_error(value, dtype)
+        return value.encode("utf-8")
+    if dtype == DT_BOOL:
+        if not isinstance(value, bool):
+            raise _type_error(value, dtype)
+        return value
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _type_error(value, dtype)
+    if dtype in _INT32_TYPES:
+        if not -(1 << 31) <= value < (1 << 31):
+            raise _type_error(value, dtype)
+        return value
+    if dtype == DT_INT64:
+        if not -(1 << 63) <= value < (1 << 63):
+            raise _type_error(value, dtype)
+        return value
+    if dtype == DT_UINT32:
+        if not 0 <= value < (1 << 32):
+            raise _type_error(value, dtype)
+        return value
+    if not 0 <= value < (1 << 64):  # DT_UINT64
+        raise _type_error(value, dtype)
+    return value
+
+
+def _dense_shape(value: Any) -> list[int]:
+    """GetDenseTensorShape: the shape read along the first element of each nested list."""
+    shape = []
+    while isinstance(value, list):
+        shape.append(len(value))
+        if not value:
+            break
+        value = value[0]
+    return shape
+
+
+def _fill(value: Any, level: int, shape: list[int], dtype: int, out: list) -> None:
+    """FillTensorProto: checks that `value` is dense with `shape` and appends its leaves."""
+    rank = len(shape)
+    if not isinstance(value, list):
+        if level != rank:
+            raise invalid_argument(
+                f"JSON Value: {show(value)} found at incorrect level: {level + 1} in the JSON "
+                f"DOM. Expected at level: {rank}"
+            )
+        if isinstance(value, dict):
+            if dtype != DT_STRING:
+                raise _type_error(value, dtype)
+            out.append(_decode_base64(value))
+        else:
+            out.append(_scalar(value, dtype))
+        return
+    if level >= rank:
+        raise invalid_argument(f"Encountered list at unexpected level: {level} expected < {rank}")
+    if len(value) != shape[level]:
+        raise invalid_argument(
+            f"Encountered list at unexpected size: {len(value)} at level: {level} expected "
+            f"size: {shape[level]}"
+        )
+    for item in value:
+        _fill(item, level + 1, shape, dtype, out)
+
+
+def _tensor(value: Any, dtype: int) -> tuple[list[int], list]:
+    """A JSON value as (shape, flat values) of a dense tensor of `dtype`."""
+    shape = _dense_shape(value)
+    flat: list = []
+    _fill(value, 0, shape, dtype, flat)
+    return shape, flat
+
+
+def _array(shape: Sequence[int], flat: list, dtype: int) -> np.ndarray:
+    if dtype == DT_STRING:
+        array = np.empty(len(flat), dtype=object)
+        array[:] = flat
+        return array.reshape(shape)
+    return np.asarray(flat, dtype=NUMPY_DTYPES[dtype]).reshape(shape)
+
+
+def _shape_string(shape: Sequence[int]) -> str:
+    return "[" + ",".join(str(d) for d in shape) + "]"
+
+
+def predict_inputs(
+    doc: Mapping[str, Any], input_dtypes: Mapping[str, int], signature: str
+) -> tuple[dict[str, np.ndarray], str]:
+    """The input tensors of a :predict request, by signature input name, and its format (ROW
+    for `instances`, COLUMNAR for `inputs`), as FillPredictRequestFromJson builds them.
+
+    Args:
+      doc: the parsed request body.
+      input_dtypes: the signature's inputs, name -> TensorFlow DataType number.
+      signature: the signature's name (for messages).
+    """
+    if not input_dtypes:
+        raise invalid_argument(f"Failed to get input map for signature: {signature or 'DEFAULT'}")
+    has_instances, has_inputs = INSTANCES_KEY in doc, INPUTS_KEY in doc
+    if has_instances and has_inputs:
+        raise _format_error(
+            doc,
+            "Not formatted correctly expecting only one of 'inputs' or 'instances' keys to exist ",
+        )
+    if has_instances:
+        instances = doc[INSTANCES_KEY]
+        if not isinstance(instances, list):
+            raise _format_error(doc, "Excepting 'instances' to be an list/array")
+        if not instances:
+            raise _format_error(doc, "No values in 'instances' array")
+        return _from_instances(instances, input_dtypes), ROW
+    if has_inputs:
+        return _from_inputs(doc[INPUTS_KEY], input_dtypes), COLUMNAR
+    raise invalid_argument("Missing 'inputs' or 'instances' key")
+
+
+def _from_instances(instances: list, input_dtypes: Mapping[str, int]) -> dict[str, np.ndarray]:
+    """FillTensorMapFromInstancesList: one row per element, batched into one tensor each."""
+
+    def is_object(value: Any) -> bool:
+        return isinstance(value, dict) and not _is_base64(value)
+
+    if not isinstance(instances[0], dict) and len(input_dtypes) > 1:
+        raise invalid_argument(
+            "instances is a plain list, but expecting list of objects as multiple input "
+            "tensors required as per tensorinfo_map"
+        )
+    objects = is_object(instances[0])
+    names = sorted(input_dtypes)
+    shapes: dict[str, list[int]] = {}
+    values: dict[str, list] = {}
+
+    def add(item: Any, name: str) -> None:
+        if name not in input_dtypes:
+            raise invalid_argument(f"JSON object: does not have named input: {name}")
+        shape, flat = _tensor(item, input_dtypes[name])
+        if name not in shapes:
+            shapes[name] = shape
+            values[name] = []
+        elif len(flat) != math.prod(shapes[name]):
+            raise invalid_argument(
+                f"Expecting tensor size: {math.prod(shapes[name])} but got: {len(flat)}"
+            )
+        elif shape != shapes[name]:
+            raise invalid_argument(
+                f"Expecting shape {_shape_string(shapes[name])} but got: {_shape_string(shape)}"
+            )
+        values[name].extend(flat)
+
+    for index, element in enumerate(instances):
+        if objects:
+            if not is_object(element):
+                raise invalid_argument(
+                    f"Expecting object but got list at item {index} of input list"
+                )
+            for name, item in element.items():
+                try:
+                    add(item, name)
+                except ServingError as err:
+                    raise invalid_argument(
+                        f"Failed to process element: {index} key: {name} of 'instances' list. "
+                        f"Error: {err.status_string()}"
+                    ) from None
+            if sorted(element) != names:
+                raise invalid_argument(
+                    f"Failed to process element: {index} of 'instances' list. JSON object: "
+                    f"{show(element)} must only have keys: {','.join(names)}"
+                )
+        else:
+            if is_object(element):
+                raise invalid_argument(
+                    f"Expecting value/list but got object at item {index} of input list"
+                )
+            try:
+                add(element, names[0])
+            except ServingError as err:
+                raise invalid_argument(
+                    f"Failed to process element: {index} of 'instances' list. Error: "
+                    f"{err.status_string()}"
+                ) from None
+    count = len(instances)
+    return {
+        name: _array([count, *shapes[name]], values[name], input_dtypes[name]) for name in shapes
+    }
+
+
+def _from_inputs(inputs: Any, input_dtypes: Mapping[str, int]) -> dict[str, np.ndarray]:
+    """FillTensorMapFromInputsMap: one value for a single input, or an object of them."""
+    if not isinstance(inputs, dict) or _is_base64(inputs):
+        if len(input_dtypes) > 1:
+            raise invalid_argument(
+                "inputs is a plain value/list, but expecting an object as multiple input "
+                "tensors required as per tensorinfo_map"
+            )
+        (name,) = input_dtypes
+        shape, flat = _tensor(inputs, input_dtypes[name])
+        return {name: _array(shape, flat, input_dtypes[name])}
+    tensors = {}
+    for name in sorted(input_dtypes):
+        if name not in inputs:
+            raise invalid_argument(f"Missing named input: {name} in 'inputs' object.")
+        shape, flat = _tensor(inputs[name], input_dtypes[name])
+        tensors[name] = _array(shape, flat, input_dtypes[name])
+    return tensors
+
+
+def serialized_examples(doc: Mapping[str, Any]) -> list[bytes]:
+    """The tf.Examples of a :classify or :regress request, serialized, each preceded by the
+    serialized `context` (so an example's feature overrides the context's of the same name, as
+    TF Serving's ExampleListWithContext does)."""
+    from tensorflow.core.example import example_pb2
+
+    context = b""
+    if CONTEXT_KEY in doc:
+        context = _example(doc[CONTEXT_KEY], example_pb2).SerializeToString()
+    if EXAMPLES_KEY not in doc:
+        raise _format_error(
+            doc, "When method is classify, key 'examples' is expected and was not found"
+        )
+    examples = doc[EXAMPLES_KEY]
+    if not isinstance(examples, list):
+        raise _format_error(doc, "Expecting 'examples' value to be an list/array")
+    if not examples:
+        raise _format_error(doc, "'examples' value is an empty array")
+    return [context + _example(item, example_pb2).SerializeToString() for item in examples]
+
+
+def _example(value: Any, example_pb2) -> Any:
+    """MakeExampleFromJsonObject: a JSON object of features as a tf.Example."""
+    if not isinstance(value, dict):
+        raise invalid_argument(f"Example must be JSON object but got JSON {_json_type(value)}")
+    example = example_pb2.Example()
+    for name, content in value.items():
+        feature = example.features.feature[name]
+        for item in content if isinstance(content, list) else [content]:
+            _add_to_feature(item, name, feature)
+    return example
+
+
+def _add_to_feature(value: Any, name: str, feature: Any) -> None:
+    """AddValueToFeature: the JSON type decides the feature's list type."""
+
+    def expect(kind: str) -> None:
+        current = feature.WhichOneof("kind")
+        if current not in (None, kind):
+            shown = {"bytes_list": "bytes", "float_list": "float", "int64_list": "int64"}[current]
+            raise invalid_argument(
+                f"Unexpected element type in feature: {name} expecting type: {shown}"
+            )
+
+    if (
+        value is None
+        or isinstance(value, list)
+        or (isinstance(value, dict) and not _is_base64(value))
+    ):
+        raise invalid_argument(
+            f"Feature: {name} has element with unexpected JSON type: {_json_type(value)}"
+        )
+    if isinstance(value, bool):
+        expect("int64_list")
+        feature.int64_list.value.append(1 if value else 0)
+    elif isinstance(value, dict):
+        expect("bytes_list")
+        feature.bytes_list.value.append(_decode_base64(value))
+    elif isinstance(value, str):
+        expect("bytes_list")
+        feature.bytes_list.value.append(value.encode("utf-8"))
+    elif isinstance(value, float):
+        expect("float_list")
+        if math.isfinite(value) and abs(value) > _FLOAT32_MAX:
+            raise _lossy(value, "float")
+        feature.float_list.value.append(value)
+    else:
+        expect("int64_list")
+        if value >= (1 << 63):
+            raise invalid_argument(f"Feature: {name} has uint64 element. Only int64 is supported.")
+        feature.int64_list.value.append(value)
+
+
+# ----------------------------------------------------------------------------- answers
+
+
+def _nested(value: Any, convert) -> Any:
+    if isinstance(value, list):
+        return [_nested(v, convert) for v in value]
+    return convert(value)
+
+
+def json_values(name: str, array: np.ndarray) -> Any:
+    """A tensor's values as nested JSON lists (a bare value for a scalar), as TF Serving writes
+    them: float32 in its shortest round-trip form, strings as text, and the strings of a tensor
+    named `*_bytes` as {"b64": ...}."""
+    array = np.asarray(array)
+    kind = array.dtype
+    if kind == np.float32:
+        return array.astype(str).astype(np.float64).tolist()
+    if kind == np.float64 or kind.kind in "iub":
+        return array.tolist()
+    if kind.kind in "OS":
+        if name.endswith(BYTES_SUFFIX):
+            return _nested(
+                array.tolist(), lambda b: {BASE64_KEY: base64.b64encode(bytes(b)).decode("ascii")}
+            )
+        return _nested(
+            array.tolist(),
+            lambda b: b.decode("utf-8", "replace") if isinstance(b, bytes) else str(b),
+        )
+    tf_name = {"float16": "half", "complex64": "complex64", "complex128": "complex128"}
+    raise invalid_argument(
+        f"Failed to write JSON value for tensor type: {tf_name.get(kind.name, kind.name)}"
+    )
+
+
+def predict_answer(outputs: Mapping[str, np.ndarray], request_format: str) -> dict:
+    """The :predict answer: `predictions` (row) or `outputs` (columnar), bare for a single
+    output tensor, by name for several (MakeRowFormatJsonFromTensors and
+    MakeColumnarFormatJsonFromTensors)."""
+    if not outputs:
+        raise invalid_argument("Cannot convert empty tensor map to JSON")
+    names = sorted(outputs)
+    if request_format == COLUMNAR:
+        if len(names) == 1:
+            return {"outputs": json_values(names[0], outputs[names[0]])}
+        return {"outputs": {name: json_values(name, outputs[name]) for name in names}}
+    batch = 0
+    for name in names:
+        shape = np.shape(outputs[name])
+        if not shape:
+            raise invalid_argument(f"Tensor name: {name} has no shape information ")
+        if shape[0] < 1:
+            raise invalid_argument(f"Tensor name: {name} has invalid batch size: {shape[0]}")
+        if batch and shape[0] != batch:
+            raise invalid_argument(
+                f"Tensor name: {name} has inconsistent batch size: {shape[0]} expecting: {batch}"
+            )
+        batch = shape[0]
+    columns = {name: json_values(name, outputs[name]) for name in names}
+    if len(names) == 1:
+        return {"predictions": columns[names[0]]}
+    return {"predictions": [{name: columns[name][i] for name in names} for i in range(batch)]}
+
+
+def classify_answer(labels: np.ndarray | None, scores: np.ndarray | None) -> dict:
+    """The :classify answer: per example, [label, score] per class; a label is "" without a
+    `classes` output, a score 0.0 without `scores` (MakeJsonFromClassificationResult)."""
+    rows = (labels if labels is not None else scores).shape[0]
+    classes = (labels if labels is not None else scores).shape[1]
+    label_values = json_values("classes", labels) if labels is not None else None
+    score_values = json_values("scores", scores) if scores is not None else None
+    results = []
+    for i in range(rows):
+        results.append(
+            [
+                [
+                    label_values[i][c] if label_values is not None else "",
+                    score_values[i][c] if score_values is not None else 0.0,
+                ]
+                for c in range(classes)
+            ]
+        )
+    return {"results": results}
+
+
+def regress_answer(values: np.ndarray) -> dict:
+    """The :regress answer: one value per example (MakeJsonFromRegressionResult)."""
+    return {"results": json_values("outputs", np.reshape(values, [-1]))}
+
+
+def dumps(answer: Mapping[str, Any]) -> bytes:
+    """An answer's JSON bytes (NaN and Infinity written as TF Serving writes them)."""
+    return json.dumps(answer, allow_nan=True, separators=(",", ":")).encode("utf-8")
+
+
+def error_body(error: ServingError) -> bytes:
+    """TF Serving's error body: `{"error": "<message>"}`."""
+    return dumps({"error": error.message})

@@ -1,0 +1,97 @@
+"""The model server's Prometheus metrics, in a registry of the server's own (never the global
+one), served as Prometheus' text format on the monitoring path.
+
+Names follow Prometheus' conventions (base units, `_total` counters). Labels stay few and
+bounded: `model` is a configured model's name ("" for a name the server does not serve, so a
+client cannot grow the label set), `version` the version that answered ("" before one was
+resolved), `signature`, `method` (predict, classify, regress, status, metadata) and `status`
+(the HTTP status code answered).
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+REQUEST_LABELS = ("model", "version", "signature", "method", "status")
+LATENCY_LABELS = ("model", "version", "signature", "method")
+# Seconds: from a fast single-row call on a small model to a slow batch under load.
+LATENCY_BUCKETS = (
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+)  # fmt: skip
+LOAD_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
+
+
+class ServerMetrics:
+    """The server's metrics, registered in `registry` (a new one by default):
+
+    - `conveyor_serving_requests_total{model,version,signature,method,status}`: requests
+      answered;
+    - `conveyor_serving_request_errors_total{...same}`: those answered with an error;
+    - `conveyor_serving_request_latency_seconds{model,version,signature,method}`: time from the
+      request's body being read to its answer being ready (histogram);
+    - `conveyor_serving_loaded_versions{model}`: versions loaded and available;
+    - `conveyor_serving_model_load_seconds{model}`: time to load and warm a version (histogram);
+    - `conveyor_serving_model_load_failures_total{model}`: versions that failed to load.
+    """
+
+    def __init__(self, registry: CollectorRegistry | None = None):
+        self.registry = registry or CollectorRegistry()
+        self.requests = Counter(
+            "conveyor_serving_requests",
+            "REST requests answered, by model, version, signature, method and HTTP status.",
+            REQUEST_LABELS,
+            registry=self.registry,
+        )
+        self.errors = Counter(
+            "conveyor_serving_request_errors",
+            "REST requests answered with an error, by model, version, signature, method and "
+            "HTTP status.",
+            REQUEST_LABELS,
+            registry=self.registry,
+        )
+        self.latency = Histogram(
+            "conveyor_serving_request_latency_seconds",
+            "Time to answer a REST request, from its body read to its answer ready.",
+            LATENCY_LABELS,
+            buckets=LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.loaded_versions = Gauge(
+            "conveyor_serving_loaded_versions",
+            "Versions loaded, warmed and available, by model.",
+            ("model",),
+            registry=self.registry,
+        )
+        self.load_seconds = Histogram(
+            "conveyor_serving_model_load_seconds",
+            "Time to load and warm up a model version.",
+            ("model",),
+            buckets=LOAD_BUCKETS,
+            registry=self.registry,
+        )
+        self.load_failures = Counter(
+            "conveyor_serving_model_load_failures",
+            "Model versions that failed to load or warm up.",
+            ("model",),
+            registry=self.registry,
+        )
+
+    def observe_request(
+        self,
+        model: str,
+        version: str,
+        signature: str,
+        method: str,
+        status: int,
+        seconds: float,
+    ) -> None:
+        """Records one answered request."""
+        labels = (model, version, signature, method, str(status))
+        self.requests.labels(*labels).inc()
+        if status >= 400:
+            self.errors.labels(*labels).inc()
+        self.latency.labels(model, version, signature, method).observe(seconds)
+
+    def exposition(self) -> bytes:
+        """The registry in Prometheus' text format."""
+        return generate_latest(self.registry)

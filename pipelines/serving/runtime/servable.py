@@ -1,0 +1,359 @@
+"""One loaded version of a model: its SavedModel, its signature definitions, and the three
+calls TF Serving makes on them (Predict, Classify, Regress), plus the warm-up it runs before a
+version is served.
+
+Every request is one call of the signature with the whole batch, as TF Serving's Predict,
+Classify and Regress make one `Session::Run`. Classify and Regress check the signature as TF
+Serving does with its default flags (`--enable_signature_method_name_check=false`): one input
+named `inputs` fed with serialized tf.Examples, and `classes`/`scores` (classify) or `outputs`
+(regress) to answer with, whatever the signature's method_name.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pipelines.serving.runtime import json_tensor
+from pipelines.serving.runtime.errors import ServingError, from_tensorflow, invalid_argument
+
+log = logging.getLogger("conveyor.serving")
+
+DEFAULT_SIGNATURE = "serving_default"
+SERVE_TAG = "serve"
+WARMUP_FILE = os.path.join("assets.extra", "tf_serving_warmup_requests")
+# TF Serving replays at most this many warm-up records (saved_model_warmup_util.cc).
+MAX_WARMUP_RECORDS = 1000
+
+CLASSIFY_INPUTS, CLASSIFY_CLASSES, CLASSIFY_SCORES = "inputs", "classes", "scores"
+REGRESS_INPUTS, REGRESS_OUTPUTS = "inputs", "outputs"
+
+
+class LoadError(Exception):
+    """A version that could not be loaded or warmed (the message says why)."""
+
+
+@dataclass(frozen=True)
+class Signature:
+    """One signature: its SignatureDef (TF Serving's view) and the function that runs it."""
+
+    name: str
+    definition: Any  # meta_graph_pb2.SignatureDef
+    function: Any  # the loaded ConcreteFunction
+
+    @property
+    def input_dtypes(self) -> dict[str, int]:
+        """Input name -> TensorFlow DataType number, from the SignatureDef."""
+        return {name: info.dtype for name, info in self.definition.inputs.items()}
+
+    def call(self, feeds: Mapping[str, Any]) -> dict[str, np.ndarray]:
+        """Runs the signature once on `feeds` (name -> array) and returns its outputs."""
+        import tensorflow as tf
+
+        try:
+            tensors = {
+                name: tf.constant(value, dtype=tf.as_dtype(self.definition.inputs[name].dtype))
+                for name, value in feeds.items()
+            }
+            outputs = self.function(**tensors)
+        except (tf.errors.OpError, TypeError, ValueError) as err:
+            raise from_tensorflow(err) from None
+        return {name: tensor.numpy() for name, tensor in outputs.items()}
+
+
+def _meta_graph(path: Path) -> Any:
+    """The MetaGraphDef tagged `serve` of the SavedModel at `path` (binary or text)."""
+    from google.protobuf import text_format
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    saved_model = saved_model_pb2.SavedModel()
+    binary, text = path / "saved_model.pb", path / "saved_model.pbtxt"
+    if binary.is_file():
+        saved_model.ParseFromString(binary.read_bytes())
+    elif text.is_file():
+        text_format.Parse(text.read_text(), saved_model)
+    else:
+        raise LoadError(f"{path} holds no saved_model.pb or saved_model.pbtxt")
+    for meta_graph in saved_model.meta_graphs:
+        if SERVE_TAG in meta_graph.meta_info_def.tags:
+            return meta_graph
+    raise LoadError(f"{path} has no MetaGraphDef tagged {SERVE_TAG!r}")
+
+
+class Servable:
+    """A loaded version of a model; build one with `Servable.load`. Thread-safe: requests
+    call it concurrently, and it stays usable while requests hold it after an unload."""
+
+    def __init__(self, model: str, version: int, path: Path, meta_graph: Any, loaded: Any):
+        self.model = model
+        self.version = version
+        self.path = path
+        self._meta_graph = meta_graph
+        self._loaded = loaded  # keeps the variables the functions capture alive
+        functions = loaded.signatures
+        self.signatures = {
+            name: Signature(name, definition, functions[name])
+            for name, definition in meta_graph.signature_def.items()
+            if name in functions
+        }
+        self._metadata: dict | None = None
+
+    @classmethod
+    def load(cls, model: str, version: int, path: str | os.PathLike) -> Servable:
+        """Loads the SavedModel of `version` at `path` (raises LoadError naming the cause)."""
+        import tensorflow as tf
+
+        path = Path(path)
+        meta_graph = _meta_graph(path)
+        try:
+            loaded = tf.saved_model.load(str(path), tags=[SERVE_TAG])
+        except Exception as err:  # any failure to load is the version's, reported by status
+            raise LoadError(f"{path}: {type(err).__name__}: {err}") from err
+        return cls(model, version, path, meta_graph, loaded)
+
+    # ------------------------------------------------------------------------------ lookups
+
+    def signature(self, name: str) -> Signature:
+        """The signature a :predict request names ("" is serving_default)."""
+        chosen = name or DEFAULT_SIGNATURE
+        if chosen not in self.signatures:
+            raise invalid_argument(f'Serving signature name: "{chosen}" not found in signature def')
+        return self.signatures[chosen]
+
+    def _signature_for_examples(self, name: str) -> Signature:
+        chosen = name or DEFAULT_SIGNATURE
+        if chosen not in self.signatures:
+            raise invalid_argument(f"No signature was found with the name: {chosen}")
+        return self.signatures[chosen]
+
+    # ------------------------------------------------------------------------------ calls
+
+    def predict(self, doc: Mapping[str, Any]) -> dict:
+        """A :predict request body -> TF Serving's answer (one call of the signature)."""
+        signature_name = json_tensor.signature_name(doc)
+        signature = self.signature(signature_name)
+        feeds, request_format = json_tensor.predict_inputs(
+            doc, signature.input_dtypes, signature_name
+        )
+        return json_tensor.predict_answer(signature.call(feeds), request_format)
+
+    def classify(self, doc: Mapping[str, Any]) -> dict:
+        """A :classify request body -> TF Serving's answer."""
+        signature_name = json_tensor.signature_name(doc)
+        examples = json_tensor.serialized_examples(doc)
+        labels, scores = self.classify_examples(signature_name, examples)
+        return json_tensor.classify_answer(labels, scores)
+
+    def regress(self, doc: Mapping[str, Any]) -> dict:
+        """A :regress request body -> TF Serving's answer."""
+        signature_name = json_tensor.signature_name(doc)
+        examples = json_tensor.serialized_examples(doc)
+        return json_tensor.regress_answer(self.regress_examples(signature_name, examples))
+
+    def classify_examples(
+        self, signature_name: str, examples: list[bytes]
+    ) -> tuple[np.ndarray | None, np.ndarray | None]:
+        """Runs a classification signature on serialized tf.Examples: (classes, scores), each
+        [examples, classes] or None when the signature has no such output (classifier.cc's
+        PreProcessClassification and PostProcessClassificationResult)."""
+        signature = self._signature_for_examples(signature_name)
+        definition = signature.definition
+        if len(definition.inputs) != 1:
+            raise invalid_argument("Expected one input Tensor.")
+        if len(definition.outputs) not in (1, 2):
+            raise invalid_argument(
+                f"Expected one or two output Tensors, found {len(definition.outputs)}"
+            )
+        if CLASSIFY_INPUTS not in definition.inputs:
+            raise invalid_argument(f"No classification inputs found in SignatureDef: {definition}")
+        if CLASSIFY_CLASSES not in definition.outputs and CLASSIFY_SCORES not in definition.outputs:
+            raise invalid_argument(
+                'Expected classification signature outputs to contain at least one of "classes" '
+                f'or "scores". Signature was: {definition}'
+            )
+        outputs = signature.call({CLASSIFY_INPUTS: _string_array(examples)})
+        classes = outputs.get(CLASSIFY_CLASSES) if CLASSIFY_CLASSES in definition.outputs else None
+        scores = outputs.get(CLASSIFY_SCORES) if CLASSIFY_SCORES in definition.outputs else None
+        for kind, tensor in (("classes", classes), ("scores", scores)):
+            if tensor is None:
+                continue
+            if tensor.ndim != 2:
+                raise invalid_argument(
+                    f"Expected Tensor shape: [batch_size num_classes] but got {_shape(tensor)}"
+                )
+            if kind == "classes" and tensor.dtype.kind != "O":
+                raise invalid_argument(
+                    f"Expected classes Tensor of DT_STRING. Got: {_dtype_enum_name(tensor)}"
+                )
+            if kind == "scores" and tensor.dtype != np.float32:
+                raise invalid_argument(
+                    f"Expected scores Tensor of DT_FLOAT. Got: {_dtype_enum_name(tensor)}"
+                )
+            if tensor.shape[0] != len(examples):
+                raise invalid_argument(
+                    f"Expected {kind} output batch size of {len(examples)}. Got: {tensor.shape[0]}"
+                )
+        if classes is not None and scores is not None and classes.shape[1] != scores.shape[1]:
+            raise invalid_argument(
+                "Tensors class and score should match in dim_size(1). Got "
+                f"{classes.shape[1]} vs. {scores.shape[1]}"
+            )
+        return classes, scores
+
+    def regress_examples(self, signature_name: str, examples: list[bytes]) -> np.ndarray:
+        """Runs a regression signature on serialized tf.Examples: one value per example
+        (regressor.cc's PreProcessRegression and PostProcessRegressionResult)."""
+        signature = self._signature_for_examples(signature_name)
+        definition = signature.definition
+        if len(definition.inputs) != 1:
+            raise invalid_argument("Expected one input Tensor.")
+        if len(definition.outputs) != 1:
+            raise invalid_argument("Expected one output Tensor.")
+        if REGRESS_INPUTS not in definition.inputs:
+            raise invalid_argument(f"No regression inputs found in SignatureDef: {definition}")
+        if REGRESS_OUTPUTS not in definition.outputs:
+            raise invalid_argument(f"No regression outputs found in SignatureDef: {definition}")
+        values = signature.call({REGRESS_INPUTS: _string_array(examples)})[REGRESS_OUTPUTS]
+        if not (values.ndim == 1 or (values.ndim == 2 and values.shape[1] == 1)):
+            raise invalid_argument(
+                "Expected output Tensor shape to be either [batch_size] or [batch_size, 1] but "
+                f"got {_shape(values)}"
+            )
+        if values.dtype != np.float32:
+            raise invalid_argument(
+                f"Expected output Tensor of DT_FLOAT.  Got: {_dtype_enum_name(values)}"
+            )
+        if values.shape[0] != len(examples):
+            raise invalid_argument(
+                "Input batch size did not match output batch size: "
+                f"{len(examples)} vs. {values.shape[0]}"
+            )
+        return values.reshape([-1])
+
+    # ------------------------------------------------------------------------------ metadata
+
+    def metadata(self) -> dict:
+        """TF Serving's GetModelMetadata answer over REST: the model spec and every
+        SignatureDef of the MetaGraphDef, rendered as `ToJsonString` renders them."""
+        if self._metadata is None:
+            from google.protobuf import json_format
+            from tensorflow_serving.apis import get_model_metadata_pb2
+
+            signature_map = get_model_metadata_pb2.SignatureDefMap()
+            for name, definition in self._meta_graph.signature_def.items():
+                signature_map.signature_def[name].CopyFrom(definition)
+            self._metadata = {
+                "model_spec": {
+                    "name": self.model,
+                    "signature_name": "",
+                    "version": str(self.version),
+                },
+                "metadata": {
+                    "signature_def": json_format.MessageToDict(
+                        signature_map,
+                        including_default_value_fields=True,
+                        preserving_proto_field_name=True,
+                    )
+                },
+            }
+        return self._metadata
+
+    # ------------------------------------------------------------------------------ warm-up
+
+    def warm_up(self) -> str:
+        """Runs the version before it is served, so the first requests find its functions
+        traced and optimised: the records of `assets.extra/tf_serving_warmup_requests` when
+        there is one (a failing record fails the load, as in TF Serving), else one call of each
+        signature with a one-row dummy input. Returns what was done, for the log."""
+        warmup = self.path / WARMUP_FILE
+        if warmup.is_file():
+            count = self._replay_warmup(warmup)
+            return f"{count} warm-up request(s) from {WARMUP_FILE}"
+        warmed = sum(self._dummy_call(signature) for signature in self.signatures.values())
+        return f"{warmed} of {len(self.signatures)} signature(s) called with a dummy row"
+
+    def _dummy_call(self, signature: Signature) -> bool:
+        import tensorflow as tf
+
+        feeds = {}
+        for name, spec in signature.function.structured_input_signature[1].items():
+            shape = [1 if d is None else d for d in spec.shape.as_list()] if spec.shape.rank else []
+            if spec.dtype == tf.string:
+                feeds[name] = np.full(shape, b"", dtype=object)
+            else:
+                feeds[name] = np.zeros(shape, dtype=spec.dtype.as_numpy_dtype)
+        try:
+            signature.call(feeds)
+            return True
+        except ServingError as err:
+            # A dummy need not be valid input (a tf.Example missing a required feature, say):
+            # the call has traced and optimised the function all the same.
+            log.debug("warm-up of %s/%s: %s", self.version, signature.name, err.message)
+            return False
+
+    def _replay_warmup(self, path: Path) -> int:
+        import tensorflow as tf
+        from tensorflow_serving.apis import prediction_log_pb2
+
+        count = 0
+        for record in tf.data.TFRecordDataset(str(path)).take(MAX_WARMUP_RECORDS):
+            entry = prediction_log_pb2.PredictionLog.FromString(record.numpy())
+            kind = entry.WhichOneof("log_type")
+            try:
+                if kind == "predict_log":
+                    request = entry.predict_log.request
+                    signature = self.signature(request.model_spec.signature_name)
+                    signature.call({name: tf.make_ndarray(t) for name, t in request.inputs.items()})
+                elif kind in ("classify_log", "regress_log"):
+                    request = getattr(entry, kind).request
+                    examples = _examples_from_input(request.input)
+                    if kind == "classify_log":
+                        self.classify_examples(request.model_spec.signature_name, examples)
+                    else:
+                        self.regress_examples(request.model_spec.signature_name, examples)
+                else:
+                    raise invalid_argument(f"Unsupported log_type for warmup: {kind}")
+            except ServingError as err:
+                raise LoadError(
+                    f"warm-up record {count + 1} of {path} failed: {err.message}"
+                ) from None
+            count += 1
+        return count
+
+
+def _examples_from_input(request_input: Any) -> list[bytes]:
+    """TF Serving's Input proto (example_list or example_list_with_context) as serialized
+    tf.Examples, the context serialized ahead of each example."""
+    kind = request_input.WhichOneof("kind")
+    if kind == "example_list_with_context":
+        listed = request_input.example_list_with_context
+        context = listed.context.SerializeToString()
+        return [context + e.SerializeToString() for e in listed.examples]
+    return [e.SerializeToString() for e in request_input.example_list.examples]
+
+
+def _string_array(values: list[bytes]) -> np.ndarray:
+    array = np.empty(len(values), dtype=object)
+    array[:] = values
+    return array
+
+
+def _shape(array: np.ndarray) -> str:
+    # TensorShape::DebugString: "[2,3]".
+    return "[" + ",".join(str(d) for d in array.shape) + "]"
+
+
+def _dtype_enum_name(array: np.ndarray) -> str:
+    names = {
+        "float64": "DT_DOUBLE",
+        "int64": "DT_INT64",
+        "int32": "DT_INT32",
+        "object": "DT_STRING",
+    }
+    return names.get(array.dtype.name, f"DT_{array.dtype.name.upper()}")

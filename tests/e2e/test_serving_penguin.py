@@ -1,0 +1,163 @@
+"""`conveyor serve` on a penguin model the pipeline really pushed.
+
+One cold `penguin` run with the `ci` profile pushes version 1 (and the pusher writes
+models.config with its labels); `conveyor serve` then serves it over TF Serving's REST API.
+Every answer is compared with the pushed SavedModel called in this process: the raw-row
+`serving_default` signature in row and columnar format, and the tf.Example signature
+`serving_examples` with binary (b64) values.
+"""
+
+from __future__ import annotations
+
+import base64
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from pipelines import cli
+from pipelines.ops import nightly
+from pipelines.paths import RunPaths
+from pipelines.spec.loading import load_spec
+from tests.serving_server import serving
+
+ROWS = [
+    {
+        "island": "Torgersen",
+        "sex": "male",
+        "bill_length_mm": 39.1,
+        "bill_depth_mm": 18.7,
+        "flipper_length_mm": 181.0,
+        "body_mass_g": 3750.0,
+    },
+    {
+        "island": "Biscoe",
+        "sex": "female",
+        "bill_length_mm": 46.5,
+        "bill_depth_mm": 14.5,
+        "flipper_length_mm": 213.0,
+        "body_mass_g": 4800.0,
+    },
+    {  # a missing sex is "", a missing number NaN (the REST API's JSON allows NaN)
+        "island": "Dream",
+        "sex": "",
+        "bill_length_mm": 50.0,
+        "bill_depth_mm": 19.3,
+        "flipper_length_mm": 197.0,
+        "body_mass_g": float("nan"),
+    },
+]
+NUMERIC = ("bill_length_mm", "bill_depth_mm", "flipper_length_mm", "body_mass_g")
+
+
+@pytest.fixture(scope="module")
+def pushed(tmp_path_factory):
+    workdir = tmp_path_factory.mktemp("serving_penguin")
+    assert cli.main(["data", "penguin", "--workdir", str(workdir)]) == 0
+    loaded = load_spec("penguin", env="ci", workdir=workdir)
+    result = nightly.run(loaded, workdir, echo=lambda _: None)
+    assert result.outcome == "pushed", result.message
+    return RunPaths(workdir=workdir, spec=loaded.spec)
+
+
+@pytest.fixture(scope="module")
+def server(pushed):
+    command = [sys.executable, "-m", "pipelines.cli", "serve", "penguin", "--env", "ci"]
+    with serving(
+        ["--workdir", str(pushed.workdir), "--poll-seconds", "0.5"],
+        pushed.workdir / "server",
+        command=command,
+    ) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def signatures(pushed):
+    return tf.saved_model.load(str(pushed.serving_dir / "1")).signatures
+
+
+def _columns() -> dict[str, tf.Tensor]:
+    return {
+        name: tf.constant([row[name] for row in ROWS], tf.float32 if name in NUMERIC else tf.string)
+        for name in ROWS[0]
+    }
+
+
+def _assert_same(answer: dict, expected: dict) -> None:
+    assert sorted(answer) == sorted(expected)
+    for name, tensor in expected.items():
+        values = tensor.numpy()
+        if values.dtype == object:
+            assert answer[name] == [v.decode() for v in values.tolist()], name
+        else:
+            np.testing.assert_array_equal(np.asarray(answer[name], values.dtype), values, name)
+
+
+def test_serve_follows_the_models_config_the_push_wrote(server):
+    assert "serving " in server.log() and "models.config" in server.log()
+    status = server.get("/v1/models/penguin/labels/stable").json()
+    assert status["model_version_status"][0]["version"] == "1"
+    assert status["model_version_status"][0]["state"] == "AVAILABLE"
+
+
+def test_row_format_equals_the_in_process_call(server, signatures):
+    response = server.post("/v1/models/penguin/labels/stable:predict", {"instances": ROWS})
+    assert response.status_code == 200, response.text
+    predictions = response.json()["predictions"]
+    assert [p["classes"] for p in predictions] == ["Adelie", "Gentoo", "Chinstrap"]
+    expected = signatures["serving_default"](**_columns())
+    columns = {name: [p[name] for p in predictions] for name in predictions[0]}
+    _assert_same(columns, expected)
+
+
+def test_columnar_format_equals_the_in_process_call(server, signatures):
+    inputs = {name: [row[name] for row in ROWS] for name in ROWS[0]}
+    response = server.post("/v1/models/penguin:predict", {"inputs": inputs})
+    assert response.status_code == 200, response.text
+    _assert_same(response.json()["outputs"], signatures["serving_default"](**_columns()))
+
+
+def test_tf_examples_travel_as_b64_and_equal_the_in_process_call(server, signatures):
+    examples = []
+    for row in ROWS:
+        feature = {}
+        for name, value in row.items():
+            if name in NUMERIC:
+                feature[name] = tf.train.Feature(float_list=tf.train.FloatList(value=[value]))
+            elif value:  # a missing string is an absent feature in a tf.Example
+                feature[name] = tf.train.Feature(
+                    bytes_list=tf.train.BytesList(value=[value.encode()])
+                )
+        examples.append(
+            tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString()
+        )
+    body = {
+        "signature_name": "serving_examples",
+        "inputs": {"examples": [{"b64": base64.b64encode(e).decode()} for e in examples]},
+    }
+    response = server.post("/v1/models/penguin/versions/1:predict", body)
+    assert response.status_code == 200, response.text
+    expected = signatures["serving_examples"](examples=tf.constant(examples))
+    _assert_same(response.json()["outputs"], expected)
+
+
+def test_classify_refuses_the_tf_example_signature_as_tf_serving_does(server):
+    # serving_examples takes `examples` and answers class_ids/probabilities: not the shape TF
+    # Serving's Classify needs (an input named `inputs`, outputs `classes`/`scores`).
+    response = server.post(
+        "/v1/models/penguin:classify",
+        {"signature_name": "serving_examples", "examples": [{"island": "Biscoe"}]},
+    )
+    assert response.status_code == 400
+    assert response.json()["error"].startswith("No classification inputs found in SignatureDef")
+
+
+def test_metadata_lists_the_raw_feature_inputs(server):
+    body = server.get("/v1/models/penguin/metadata").json()
+    inputs = body["metadata"]["signature_def"]["signature_def"]["serving_default"]["inputs"]
+    assert {name: spec["dtype"] for name, spec in inputs.items()} == {
+        "island": "DT_STRING",
+        "sex": "DT_STRING",
+        **{name: "DT_FLOAT" for name in NUMERIC},
+    }
