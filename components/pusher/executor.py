@@ -10,7 +10,11 @@ Differences from TFX's filesystem Pusher, each a problem users hit in production
   (pipelines/ops/serving_state.py): a run killed between the rename and the record must still
   find the version it replaced, to fall back to it;
 - the first-run policy: with `require_manual_bless`, a model blessed without any baseline (the
-  very first one) is not pushed automatically.
+  very first one) is not pushed automatically;
+- after the rename, TF Serving's models.config (and monitoring.config, batching.config) beside
+  the base path is rewritten atomically with the version labels moved
+  (pipelines/ops/labels.py), before TFX records the push; the labels moved are recorded on the
+  artifact (`conveyor_labels`).
 Every outcome is recorded on the ModelPushPath artifact (`pushed`, `pushed_version`,
 `conveyor_reason`, `conveyor_model_id`) so `conveyor runs` and the next run's baseline resolver
 can read it from ML Metadata.
@@ -27,6 +31,8 @@ from tfx.types import artifact_utils, standard_component_specs
 from tfx.utils import json_utils
 
 from components.baseline.strategy import PUSHED_MODEL_ID_PROPERTY
+from components.failpoints import failpoint
+from components.infra_validator.blessing import infra_refusal
 from components.pusher.layout import (  # noqa: F401 (re-exported for callers)
     PUSH_RECORD,
     model_digest,
@@ -36,6 +42,7 @@ from components.pusher.layout import (  # noqa: F401 (re-exported for callers)
 )
 
 REASON_PROPERTY = "conveyor_reason"
+LABELS_PROPERTY = "conveyor_labels"  # the labels the push moved to its version ("stable,canary")
 BASELINE_MODEL_ID = "baseline_model_id"  # what TFX's Evaluator records on its blessing
 
 
@@ -45,8 +52,9 @@ class Executor(tfx_pusher_executor.Executor):
     def Do(self, input_dict, output_dict, exec_properties):  # noqa: N802 - TFX's name
         """Pushes the model as the next integer version unless a reason holds it back.
 
-        Not pushed: a model the Evaluator did not bless; a first model (no baseline) under
-        `first_run_policy: require_manual_bless`; a model identical to the served version.
+        Not pushed: a model the Evaluator (or the infra validator) did not bless; a first model
+        (no baseline) under `first_run_policy: require_manual_bless`; a model identical to the
+        served version.
         Either way the outcome and its reason are recorded on the ModelPushPath artifact.
         """
         self._log_startup(input_dict, output_dict, exec_properties)
@@ -63,7 +71,9 @@ class Executor(tfx_pusher_executor.Executor):
             model_push.set_string_custom_property(REASON_PROPERTY, reason)
 
         if not self.CheckBlessing(input_dict):
-            return not_pushed("the model did not pass the evaluation thresholds")
+            return not_pushed(
+                infra_refusal(input_dict) or "the model did not pass the evaluation thresholds"
+            )
         blessing = artifact_utils.get_single_instance(
             input_dict[standard_component_specs.MODEL_BLESSING_KEY]
         )
@@ -92,6 +102,15 @@ class Executor(tfx_pusher_executor.Executor):
                 "pushed_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             },
         )
+        labels = []
+        if "push" in config:  # the pipeline's Pusher node always passes it (build/nodes/pusher)
+            from pipelines.ops.labels import label_pushed_version
+
+            labels = label_pushed_version(
+                config["serving_config_dir"], config["push"], base_dir, version
+            )
+            failpoint("push:configured")
         self._MarkPushed(model_push, pushed_destination=target, pushed_version=str(version))
+        model_push.set_string_custom_property(LABELS_PROPERTY, ",".join(labels))
         model_push.set_string_custom_property(REASON_PROPERTY, f"pushed version {version}")
         logging.info("Model pushed to %s.", target)

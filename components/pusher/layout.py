@@ -5,7 +5,9 @@ A base path holds integer version folders (`<base>/1/`, `<base>/2/`...), each a 
 Conveyor's push record beside it. TF Serving loads only integer folders, so Conveyor's
 transient folders are hidden names in the same base path (a rename within one file system is
 atomic): `.incoming-<v>-<pid>` while a version is copied, `.retired-<v>-<pid>` while one is
-deleted, `.quarantined-<v>-<stamp>` for a version ML Metadata never recorded.
+deleted, `.quarantined-<v>-<stamp>` for a version ML Metadata never recorded, and
+`.rolled-back-<v>-<stamp>` for a version `conveyor rollback` took out of a `latest` server's
+sight (its number is never given to another version).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ PUSH_RECORD = "conveyor_push.json"  # TF Serving ignores files it does not know
 INCOMING_PREFIX = ".incoming-"
 RETIRED_PREFIX = ".retired-"
 QUARANTINE_PREFIX = ".quarantined-"
+ROLLED_BACK_PREFIX = ".rolled-back-"
 
 
 def model_digest(model_dir: str) -> str:
@@ -68,10 +71,11 @@ def _fsync_tree(root: str) -> None:
                 os.fsync(fd)
             finally:
                 os.close(fd)
-        _fsync_dir(folder)
+        fsync_dir(folder)
 
 
-def _fsync_dir(folder: str) -> None:
+def fsync_dir(folder: str) -> None:
+    """Flushes a folder's entries (a rename or a removal in it) to disk."""
     fd = os.open(folder, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -87,8 +91,10 @@ def publish(model_dir: str, base_dir: str, record: dict) -> tuple[int, str]:
     all, also after a crash or a power cut.
     """
     os.makedirs(base_dir, exist_ok=True)
-    versions = served_versions(base_dir)
-    version = (versions[-1] + 1) if versions else 1
+    # A rolled-back version's number stays taken: a model server or a client that knew it must
+    # never find another model under it.
+    taken = served_versions(base_dir) + rolled_back_versions(base_dir)
+    version = max(taken) + 1 if taken else 1
     target = os.path.join(base_dir, str(version))
     staging = os.path.join(base_dir, f"{INCOMING_PREFIX}{version}-{os.getpid()}")
     shutil.rmtree(staging, ignore_errors=True)
@@ -105,7 +111,7 @@ def publish(model_dir: str, base_dir: str, record: dict) -> tuple[int, str]:
     failpoint("push:copied")
     # rename() within one filesystem is atomic: the version appears complete or not at all.
     os.rename(staging, target)
-    _fsync_dir(base_dir)
+    fsync_dir(base_dir)
     failpoint("push:renamed")
     return version, target
 
@@ -153,9 +159,38 @@ def remove_leftover(base_dir: str, name: str) -> None:
     shutil.rmtree(path)
 
 
+def hidden_versions(base_dir: str, prefix: str) -> list[str]:
+    """The hidden version folders whose names start with `prefix` (QUARANTINE_PREFIX,
+    ROLLED_BACK_PREFIX), by name."""
+    if not os.path.isdir(base_dir):
+        return []
+    return sorted(
+        name
+        for name in os.listdir(base_dir)
+        if name.startswith(prefix)
+        and name[len(prefix) :].split("-", 1)[0].isdigit()
+        and os.path.isdir(os.path.join(base_dir, name))
+    )
+
+
+def rolled_back_versions(base_dir: str) -> list[int]:
+    """The numbers of the versions a rollback hid, ascending."""
+    names = hidden_versions(base_dir, ROLLED_BACK_PREFIX)
+    return sorted(int(n[len(ROLLED_BACK_PREFIX) :].split("-", 1)[0]) for n in names)
+
+
+def hide_rolled_back(base_dir: str, version: int) -> str:
+    """Renames a version out of TF Serving's sight for a rollback, keeping its files (a `latest`
+    server then serves the newest version left); returns the new name."""
+    name = f"{ROLLED_BACK_PREFIX}{version}-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}"
+    os.rename(os.path.join(base_dir, str(version)), os.path.join(base_dir, name))
+    fsync_dir(base_dir)
+    return name
+
+
 def quarantine(base_dir: str, version: int) -> str:
     """Moves a version out of TF Serving's sight, keeping its files; returns the new name."""
     name = f"{QUARANTINE_PREFIX}{version}-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}"
     os.rename(os.path.join(base_dir, str(version)), os.path.join(base_dir, name))
-    _fsync_dir(base_dir)
+    fsync_dir(base_dir)
     return name

@@ -12,7 +12,9 @@ blessed it and why:
   `run_id`, in the pipeline's context, the held run's context and the node context
   `<pipeline>.manual_bless`;
 - its INPUT event: the held Model; its OUTPUT: a new PushedModel artifact carrying `pushed`,
-  `pushed_version`, `pushed_destination`, `conveyor_model_id` and `conveyor_reason`.
+  `pushed_version`, `pushed_destination`, `conveyor_model_id`, `conveyor_reason` and the
+  labels it moved (`conveyor_labels`), as the Pusher records a push; models.config is rewritten
+  before the record, as after a push (pipelines/ops/labels.py).
 
 Only a candidate that the Evaluator blessed and the Pusher held is accepted: a model that
 failed its thresholds cannot be pushed from here.
@@ -32,6 +34,7 @@ from pipelines.metadata import (
     node_id_of,
     open_store,
 )
+from pipelines.ops import labels
 from pipelines.paths import RunPaths
 
 BLESS_EXECUTION_TYPE = "conveyor.ManualBless"
@@ -153,6 +156,8 @@ def _bless_locked(paths: RunPaths, run_id: str, blessed_by: str, reason: str) ->
             "reason": reason,
         },
     )
+    # As the Pusher does: labels and models.config after the rename, before the record.
+    moved = labels.label_pushed_version(paths.serving_config_dir, paths.spec.push, base, version)
     execution_type = store.put_execution_type(
         metadata_store_pb2.ExecutionType(name=BLESS_EXECUTION_TYPE)
     )
@@ -169,6 +174,7 @@ def _bless_locked(paths: RunPaths, run_id: str, blessed_by: str, reason: str) ->
     push.custom_properties["pushed_version"].string_value = str(version)
     push.custom_properties["pushed_destination"].string_value = target
     push.custom_properties["conveyor_model_id"].int_value = model.id
+    push.custom_properties[labels.LABELS_PROPERTY].string_value = ",".join(moved)
     push.custom_properties[
         "conveyor_reason"
     ].string_value = f"pushed version {version}: blessed by {blessed_by}: {reason}"

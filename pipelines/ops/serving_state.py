@@ -17,7 +17,10 @@ and lineage would have a hole. So:
 
 Versions older than the newest recorded one that ML Metadata does not know (a store that was
 reset, say) are left where they are, with a warning: deleting a served model is never the
-safe guess. Nothing outside the model's own base path is ever touched.
+safe guess. Nothing outside the model's own base path is ever touched, but for this model's
+entry in models.config and its hold file: `reconcile` then puts the version labels back where
+ML Metadata recorded them (`labels.reconcile_labels`), and `retain` never retires a version a
+label points to.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
 from components.pusher import layout
+from pipelines.ops import labels
 from pipelines.paths import RunPaths
 
 RECONCILE_LOG = "serving_reconcile.jsonl"
@@ -40,11 +44,13 @@ class Reconciled:
     quarantined: list[str] = field(default_factory=list)  # "v -> hidden name"
     removed_leftovers: list[str] = field(default_factory=list)
     unknown_kept: list[int] = field(default_factory=list)
+    labels_fixed: list[str] = field(default_factory=list)  # "label stable 3 -> 2", ...
 
     @property
     def changed(self) -> bool:
-        """Whether `reconcile` changed the serving directory (quarantined or removed something)."""
-        return bool(self.quarantined or self.removed_leftovers)
+        """Whether `reconcile` changed the serving directory (quarantined or removed something)
+        or its models.config."""
+        return bool(self.quarantined or self.removed_leftovers or self.labels_fixed)
 
     def describe(self) -> str:
         """What was found and done, in one `serving: ...` line for the command's output."""
@@ -60,6 +66,10 @@ class Reconciled:
             parts.append(
                 f"left versions {self.unknown_kept} in place although ML Metadata does not "
                 "know them (older than its newest push)"
+            )
+        if self.labels_fixed:
+            parts.append(
+                "models.config put back in step with ML Metadata: " + ", ".join(self.labels_fixed)
             )
         return "serving: " + "; ".join(parts)
 
@@ -95,6 +105,8 @@ def reconcile(paths: RunPaths, echo: Callable[[str], None] = print) -> Reconcile
                     done.quarantined.append(f"{version} -> {layout.quarantine(base, version)}")
                 else:
                     done.unknown_kept.append(version)
+    # After the quarantine: a label may have pointed to a version just moved out of sight.
+    done.labels_fixed = labels.reconcile_labels(paths)
     if done.changed or done.unknown_kept:
         echo(done.describe())
         _log(paths, "reconcile", asdict(done))
@@ -104,8 +116,9 @@ def reconcile(paths: RunPaths, echo: Callable[[str], None] = print) -> Reconcile
 def retain(paths: RunPaths, echo: Callable[[str], None] = print) -> list[int]:
     """Retires versions beyond `push.keep_versions`, after a push ML Metadata recorded.
 
-    Returns the versions removed. Only versions ML Metadata recorded are retired; a failure
-    here never changes the run's outcome (the new version is served either way).
+    Returns the versions removed. Only versions ML Metadata recorded are retired, never one
+    a label points to; a failure here never changes the run's outcome (the new version is
+    served either way).
     """
     keep = paths.spec.push.keep_versions or 0
     if keep <= 0:
@@ -113,7 +126,8 @@ def retain(paths: RunPaths, echo: Callable[[str], None] = print) -> list[int]:
     base = str(paths.serving_dir)
     _, known = recorded_pushes(paths)
     unknown = set(layout.served_versions(base)) - known
-    retired = layout.retire_old_versions(base, keep, protected=unknown)
+    protected = unknown | labels.labelled_versions(paths)
+    retired = layout.retire_old_versions(base, keep, protected=protected)
     if retired:
         echo(f"serving: retired versions {retired} (push.keep_versions: {keep})")
         _log(paths, "retain", {"retired": retired, "keep_versions": keep})

@@ -1,0 +1,89 @@
+"""Version labels through real pushes: penguin under the `ci` profile pushes twice, is rolled
+back, pushes a third model that lands as canary only, and is promoted; after every step
+models.config is one TF Serving parses, and ML Metadata records each label move.
+
+One working directory, in order. Each run trains a few steps more than the one before, so each
+has a new model to push; thresholds are lowered so that any model may be pushed.
+"""
+
+import pytest
+
+from pipelines import cli, metadata
+from pipelines.ops import labels, nightly
+from pipelines.paths import RunPaths
+from pipelines.serving.config import MODELS_CONFIG, read_models_config
+from pipelines.spec.loading import load_spec
+from tests.conftest import run_artifacts
+
+ANY_MODEL = ["evaluation.metrics=[{name: SparseCategoricalAccuracy, lower_bound: 0.0}]"]
+
+
+def _push(workdir, steps: int) -> str:
+    loaded = load_spec(
+        "penguin", env="ci", overrides=[*ANY_MODEL, f"trainer.train_steps={steps}"], workdir=workdir
+    )
+    result = nightly.run(loaded, workdir, echo=lambda _: None)
+    assert result.outcome == "pushed", result.message
+    return result.run_id
+
+
+def _labels(paths: RunPaths) -> dict[str, int]:
+    config = read_models_config(paths.serving_config_dir / MODELS_CONFIG)  # as the server parses
+    [entry] = [m for m in config.model_config_list.config if m.name == "penguin"]
+    assert sorted(entry.model_version_policy.specific.versions) == sorted(
+        set(entry.version_labels.values())
+    )
+    return dict(entry.version_labels)
+
+
+def _cli(workdir, *argv: str) -> int:
+    return cli.main([*argv[:1], "penguin", *argv[1:], "--env", "ci", "--workdir", str(workdir)])
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory):
+    workdir = tmp_path_factory.mktemp("labels")
+    assert cli.main(["data", "penguin", "--workdir", str(workdir)]) == 0
+    return workdir
+
+
+def test_rollback_holds_stable_the_next_push_is_canary_and_promote_moves_stable(workdir, capsys):
+    paths = RunPaths(workdir=workdir, spec=load_spec("penguin", env="ci").spec)
+    _push(workdir, 20)
+    assert _labels(paths) == {"stable": 1, "canary": 1}
+    _push(workdir, 21)
+    assert _labels(paths) == {"stable": 2, "canary": 2}
+
+    assert _cli(workdir, "rollback", "--reason", "version 2 is slow", "--by", "ana") == 0
+    assert "ROLLBACK: canary 2 -> 1; stable 2 -> 1; stable is held" in capsys.readouterr().out
+    assert _labels(paths) == {"stable": 1, "canary": 1}
+
+    third = _push(workdir, 22)
+    assert _labels(paths) == {"stable": 1, "canary": 3}
+    store = metadata.open_store(paths.spec, paths.metadata_path)
+    # The run's context also holds the served push its baseline resolver read.
+    [push] = [
+        a
+        for a in run_artifacts(store, third, "PushedModel")
+        if metadata.custom_property(a, "pushed_version") == "3"
+    ]
+    assert metadata.custom_property(push, labels.LABELS_PROPERTY) == "canary"
+
+    assert _cli(workdir, "models") == 0
+    table = capsys.readouterr().out
+    assert "held: stable stays on version 1" in table
+    rows = {line.split()[0]: line.split() for line in table.splitlines() if line[:1].isdigit()}
+    assert rows["3"][1:4] == ["canary", "yes", third]
+    assert rows["1"][1:3] == ["stable", "yes"] and rows["2"][1:3] == ["-", "yes"]
+
+    assert _cli(workdir, "promote", "--version", "7", "--label", "stable") == 1
+    assert "version 7 of penguin is not on disk" in capsys.readouterr().err
+    assert _cli(workdir, "promote", "--version", "3", "--label", "stable", "--reason", "ok") == 0
+    assert _labels(paths) == {"stable": 3, "canary": 3}
+    assert labels.read_hold(paths.serving_config_dir, "penguin") is None
+
+    assert _cli(workdir, "lineage", "--version", "1") == 0
+    lineage = capsys.readouterr().out
+    assert (
+        "stable by rollback" in lineage and "(from version 2) by ana: version 2 is slow" in lineage
+    )
