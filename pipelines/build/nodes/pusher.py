@@ -4,11 +4,24 @@ from __future__ import annotations
 
 from pipelines.build.context import BuildContext
 
+# The push keys the Pusher needs to keep TF Serving's configs (pipelines/ops/labels.py); only
+# these, so that changing, say, push.deploy does not make the Pusher a cache miss.
+LABEL_KEYS = (
+    "base_dir",
+    "model_name",
+    "version_policy",
+    "labels",
+    "after_rollback",
+    "batching",
+    "monitoring_path",
+)
+
 
 def build(ctx: BuildContext, node_id: str) -> None:
     """Adds Conveyor's Pusher, which publishes a blessed model under `paths.serving_dir`, and
     publishes its `pushed_model`. `evaluation.first_run` decides whether a model blessed with no
-    baseline (the very first) is pushed."""
+    baseline (the very first) is pushed; with an infra validator before it, only a model that it
+    blessed is."""
     from tfx.proto import pusher_pb2
 
     from components.pusher.component import Pusher
@@ -17,12 +30,16 @@ def build(ctx: BuildContext, node_id: str) -> None:
     node = Pusher(
         model=ctx.need("model", node_id),
         model_blessing=ctx.need("blessing", node_id),
+        # An infra validator listed before the Pusher: TFX's CheckBlessing then needs both.
+        infra_blessing=ctx.need("infra_blessing", node_id) if ctx.has("infra_blessing") else None,
         push_destination=pusher_pb2.PushDestination(
             filesystem=pusher_pb2.PushDestination.Filesystem(base_directory=base)
         ),
         custom_config={
             "serving_base_dir": base,
             "first_run_policy": ctx.spec.evaluation.first_run.value,
+            "serving_config_dir": str(ctx.paths.serving_config_dir),
+            "push": ctx.spec.push.model_dump(mode="json", include=set(LABEL_KEYS)),
         },
     ).with_id(node_id)
     ctx.add(node)

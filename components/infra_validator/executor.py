@@ -1,0 +1,648 @@
+"""The infra validator's executor: the candidate served by a fresh model server, checked with
+canary requests from the evaluation split.
+
+In order, the first failure deciding the verdict (its reason recorded on the InfraBlessing):
+1. a model the Evaluator did not bless is not served at all ("not evaluated as blessed");
+2. the candidate's serving SavedModel (`Format-Serving`, found as TFX's Pusher finds it) is
+   staged as version 1 under a temporary base path, and a fresh
+   `python -m pipelines.serving.runtime --model-name M --model-base-path P --port 0
+   --ready-file F` is started; it must write its ready file within `start_timeout_seconds`
+   (a server that exits or hangs fails, with the tail of its output);
+3. `GET /v1/models/M` must report version 1 AVAILABLE;
+4. `canary_requests` rows of the evaluation split are each sent in every request format the
+   model has: `serving_default` by row (`instances`) and by column (`inputs`), and serialized
+   tf.Examples to `serving_examples` when the model has it (Conveyor's trainer exports both);
+   every answer must be HTTP 200, shaped as the signature's outputs, finite, and equal to what
+   the same SavedModel answers in this process (relative tolerance 1e-5);
+5. the p99 latency over all those requests must stay within `latency_budget_ms`.
+The server is stopped afterwards whatever happened (SIGTERM, then SIGKILL), and dies with this
+process if that is killed first. `infra_validation.json` in the blessing records the figures.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from absl import logging
+from tfx.dsl.components.base import base_executor
+from tfx.types import artifact_utils
+from tfx.utils import io_utils, path_utils
+
+from components.infra_validator import blessing as infra_blessing
+
+MODEL_NAME_KEY = "model_name"
+LATENCY_BUDGET_KEY = "latency_budget_ms"
+CANARY_REQUESTS_KEY = "canary_requests"
+START_TIMEOUT_KEY = "start_timeout_seconds"
+
+RUNTIME_MODULE = "pipelines.serving.runtime"
+RESULT_FILE = "infra_validation.json"
+EVAL_SPLIT = "eval"
+DEFAULT_SIGNATURE = "serving_default"
+EXAMPLES_SIGNATURE = "serving_examples"  # serialized tf.Examples in, as the trainer exports it
+RELATIVE_TOLERANCE = 1e-5
+# Probabilities near zero differ by rounding alone at any relative tolerance; below this
+# absolute difference two answers are the same.
+ABSOLUTE_TOLERANCE = 1e-6
+REQUEST_TIMEOUT_SECONDS = 30.0
+STOP_GRACE_SECONDS = 10.0
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+
+# Prepended to the server's command: the child asks Linux to SIGKILL it when this process dies
+# (PR_SET_PDEATHSIG survives exec), so a killed run leaves no model server behind.
+_DIE_WITH_PARENT = (
+    "import ctypes, os, signal, sys\n"
+    "try:\n"
+    "    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)\n"
+    "except (OSError, AttributeError):\n"
+    "    pass\n"
+    "if os.getppid() != int(sys.argv[1]):\n"
+    "    sys.exit(1)\n"
+    "os.execv(sys.executable, [sys.executable, *sys.argv[2:]])\n"
+)
+
+
+class InfraValidationError(RuntimeError):
+    """A check the candidate failed; the message is the verdict's reason."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What the validation needs beyond the model and the examples (the component's parameters)."""
+
+    model_name: str
+    latency_budget_ms: float
+    canary_requests: int
+    start_timeout_seconds: float = 120.0
+
+
+@dataclass
+class Findings:
+    """What one validation measured, for `infra_validation.json`."""
+
+    requests: int = 0
+    formats: list[str] = field(default_factory=list)
+    server_pid: int | None = None
+    start_seconds: float | None = None
+    latency_ms: dict[str, float] = field(default_factory=dict)
+    seconds: float = 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        """The findings as JSON-ready values."""
+        return {
+            "requests": self.requests,
+            "formats": self.formats,
+            "server_pid": self.server_pid,
+            "start_seconds": self.start_seconds,
+            "latency_ms": self.latency_ms,
+            "seconds": round(self.seconds, 3),
+        }
+
+
+class Executor(base_executor.BaseExecutor):
+    """Serves the candidate in a fresh model server and marks the InfraBlessing with the
+    verdict."""
+
+    def Do(self, input_dict, output_dict, exec_properties):  # noqa: N802 - TFX's name
+        """Validates the model and marks the `blessing` output (blessed 1/0 and the reason).
+
+        A failed check is a verdict (not blessed), never a failed execution, so the Pusher runs
+        and records why nothing was pushed.
+        """
+        self._log_startup(input_dict, output_dict, exec_properties)
+        output = artifact_utils.get_single_instance(output_dict["blessing"])
+        model_blessings = input_dict.get("model_blessing") or []
+        if any(b.get_int_custom_property(infra_blessing.BLESSED_KEY) != 1 for b in model_blessings):
+            infra_blessing.mark(output, False, infra_blessing.NOT_EVALUATED)
+            return
+        model = artifact_utils.get_single_instance(input_dict["model"])
+        model_path = path_utils.serving_model_path(
+            model.uri, path_utils.is_old_model_artifact(model)
+        )
+        examples = artifact_utils.get_single_instance(input_dict["examples"])
+        settings = Settings(
+            model_name=exec_properties[MODEL_NAME_KEY],
+            latency_budget_ms=float(exec_properties[LATENCY_BUDGET_KEY]),
+            canary_requests=int(exec_properties[CANARY_REQUESTS_KEY]),
+            start_timeout_seconds=float(exec_properties[START_TIMEOUT_KEY]),
+        )
+        findings = Findings()
+        try:
+            validate(model_path, eval_split_files(examples), settings, findings)
+        except InfraValidationError as err:
+            blessed, reason = False, str(err)
+        else:
+            blessed = True
+            reason = (
+                f"served {findings.requests} canary requests "
+                f"({', '.join(findings.formats)}), p99 {findings.latency_ms['p99']:.1f} ms "
+                f"within the budget {settings.latency_budget_ms:g} ms"
+            )
+        logging.info("Infra validation: %s: %s", "blessed" if blessed else "NOT blessed", reason)
+        record = {"blessed": blessed, "reason": reason, **findings.as_dict()}
+        # Through TFX's file I/O: on Vertex AI the artifact lives in a bucket.
+        io_utils.write_string_file(
+            os.path.join(output.uri, RESULT_FILE), json.dumps(record, indent=2) + "\n"
+        )
+        infra_blessing.mark(output, blessed, reason)
+
+
+def eval_split_files(examples) -> list[str]:
+    """The TFRecord files of the Examples artifact's `eval` split."""
+    import tensorflow as tf
+
+    split_names = artifact_utils.decode_split_names(examples.split_names)
+    if EVAL_SPLIT not in split_names:
+        raise InfraValidationError(
+            f"the examples have no {EVAL_SPLIT!r} split to build canary requests from "
+            f"(splits: {split_names})"
+        )
+    split_uri = artifact_utils.get_split_uri([examples], EVAL_SPLIT)
+    return sorted(tf.io.gfile.glob(os.path.join(split_uri, "*")))
+
+
+def validate(
+    model_path: str, example_files: Sequence[str], settings: Settings, findings: Findings
+) -> None:
+    """Runs every check on the SavedModel at `model_path`; raises `InfraValidationError` with
+    the reason at the first that fails. `findings` is filled in as the checks go."""
+    started = time.monotonic()
+    staging = Path(tempfile.mkdtemp(prefix="conveyor-infra-"))
+    server = None
+    try:
+        base_path = staging / "models" / settings.model_name
+        stage_version(model_path, base_path / "1")
+        server = ModelServer.start(settings.model_name, base_path, staging)
+        findings.server_pid = server.process.pid
+        # Reading the rows and the in-process answers overlaps with the server's start.
+        rows = read_rows(example_files, settings.canary_requests)
+        canaries = Canaries.build(model_path, rows)
+        port = server.wait_ready(settings.start_timeout_seconds)
+        findings.start_seconds = round(time.monotonic() - server.started, 3)
+        latencies = send_canaries(port, settings, canaries, findings)
+    finally:
+        if server is not None:
+            server.stop()
+        shutil.rmtree(staging, ignore_errors=True)
+        findings.seconds = time.monotonic() - started
+    p50, p99 = (_percentile(latencies, q) for q in (50, 99))
+    findings.latency_ms = {"p50": round(p50, 3), "p99": round(p99, 3)}
+    if p99 > settings.latency_budget_ms:
+        raise InfraValidationError(
+            f"latency p99 {p99:.1f} ms over the budget {settings.latency_budget_ms:g} ms "
+            f"(push.latency_budget_ms; {len(latencies)} canary requests, p50 {p50:.1f} ms)"
+        )
+
+
+def _percentile(values: Sequence[float], q: float) -> float:
+    import numpy as np
+
+    return float(np.percentile(np.asarray(values, dtype=np.float64), q))
+
+
+def stage_version(model_path: str, version_dir: Path) -> None:
+    """Puts the SavedModel at `version_dir`: a symbolic link for a local model, a copy else."""
+    version_dir.parent.mkdir(parents=True, exist_ok=True)
+    if os.path.isdir(model_path):
+        version_dir.symlink_to(os.path.abspath(model_path), target_is_directory=True)
+        return
+    io_utils.copy_dir(model_path, str(version_dir))
+
+
+class ModelServer:
+    """A `pipelines.serving.runtime` child process serving one model, and its output file."""
+
+    def __init__(self, process: subprocess.Popen, ready_file: Path, log_file: Path):
+        """Wraps a started process; use `ModelServer.start`."""
+        self.process = process
+        self.ready_file = ready_file
+        self.log_file = log_file
+        self.started = time.monotonic()
+
+    @classmethod
+    def start(cls, model_name: str, base_path: Path, workdir: Path) -> ModelServer:
+        """Starts a fresh model server for `base_path` on a free port of 127.0.0.1; its output
+        goes to a file in `workdir` (a pipe could fill up and stall it)."""
+        ready_file = workdir / "ready.json"
+        log_file = workdir / "server.log"
+        command = [
+            "-m",
+            RUNTIME_MODULE,
+            "--model-name",
+            model_name,
+            "--model-base-path",
+            str(base_path),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "0",
+            "--ready-file",
+            str(ready_file),
+        ]
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(
+            p for p in (str(PROJECT_ROOT), env.get("PYTHONPATH")) if p
+        )
+        with open(log_file, "wb") as log:
+            process = subprocess.Popen(
+                [sys.executable, "-c", _DIE_WITH_PARENT, str(os.getpid()), *command],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=str(PROJECT_ROOT),
+                env=env,
+                start_new_session=True,  # its own process group: stop() ends all of it
+            )
+        logging.info("Infra validation: model server started, pid %d", process.pid)
+        return cls(process, ready_file, log_file)
+
+    def output_tail(self, lines: int = 8, chars: int = 1500) -> str:
+        """The last lines the server wrote, on one line (for a reason)."""
+        try:
+            text = self.log_file.read_text(errors="replace")
+        except OSError:
+            return "(no output)"
+        kept = [line.strip() for line in text.splitlines() if line.strip()][-lines:]
+        tail = " | ".join(kept)
+        return (tail[-chars:] if len(tail) > chars else tail) or "(no output)"
+
+    def wait_ready(self, timeout_seconds: float) -> int:
+        """The port once the server wrote its ready file; raises when it exits or times out."""
+        deadline = self.started + timeout_seconds
+        while True:
+            code = self.process.poll()
+            if code is not None:
+                raise InfraValidationError(
+                    f"the model server exited with code {code} before it was ready: "
+                    f"{self.output_tail()}"
+                )
+            if self.ready_file.exists():
+                try:
+                    return int(json.loads(self.ready_file.read_text())["port"])
+                except (ValueError, KeyError, TypeError) as err:
+                    raise InfraValidationError(
+                        f"the model server's ready file is not {{'port': N, 'pid': PID}}: {err}"
+                    ) from None
+            if time.monotonic() > deadline:
+                raise InfraValidationError(
+                    f"the model server was not ready within {timeout_seconds:g} s: "
+                    f"{self.output_tail()}"
+                )
+            time.sleep(0.05)
+
+    def stop(self) -> None:
+        """SIGTERM to the server's process group, SIGKILL if it has not ended in time."""
+        if self.process.poll() is None:
+            try:
+                os.killpg(self.process.pid, signal.SIGTERM)
+                self.process.wait(timeout=STOP_GRACE_SECONDS)
+            except ProcessLookupError:
+                pass
+            except subprocess.TimeoutExpired:
+                logging.warning("Infra validation: the model server ignored SIGTERM: killed")
+        try:  # whatever the server left in its group goes with it
+            os.killpg(self.process.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        self.process.wait()
+
+
+def read_rows(example_files: Sequence[str], count: int) -> list[bytes]:
+    """Up to `count` serialized tf.Examples, in file order (GZIP files by their `.gz` name)."""
+    import tensorflow as tf
+
+    rows: list[bytes] = []
+    for path in example_files:
+        compression = "GZIP" if path.endswith(".gz") else ""
+        for record in tf.data.TFRecordDataset(path, compression_type=compression):
+            rows.append(record.numpy())
+            if len(rows) >= count:
+                return rows
+    if not rows:
+        raise InfraValidationError("the evaluation split has no rows to build canary requests")
+    return rows
+
+
+@dataclass
+class Request:
+    """One canary request: where it goes, its body, and what the answer must hold."""
+
+    format: str
+    path: str
+    body: bytes
+    row_format: bool  # answered as `predictions` (rows) or `outputs` (columns)
+    expected: dict[str, Any]  # output name -> the in-process answer for this one row
+
+
+@dataclass
+class Canaries:
+    """The canary requests for a model (one list per row, a request per format), with the
+    in-process answers they must match."""
+
+    by_row: list[list[Request]]
+    formats: list[str]
+
+    @classmethod
+    def build(cls, model_path: str, rows: Sequence[bytes]) -> Canaries:
+        """One request per row and format; the expected answers come from the SavedModel loaded
+        in this process, called on all rows as one batch."""
+        import tensorflow as tf
+
+        try:
+            loaded = tf.saved_model.load(model_path)
+        except (OSError, ValueError, tf.errors.OpError) as err:
+            raise InfraValidationError(
+                f"the SavedModel at {model_path} does not load in process: {_one_line(err)}"
+            ) from None
+        signatures = dict(loaded.signatures)
+        if DEFAULT_SIGNATURE not in signatures:
+            raise InfraValidationError(
+                f"the SavedModel has no {DEFAULT_SIGNATURE!r} signature, which TF Serving's "
+                f"clients call by default (it has {sorted(signatures)})"
+            )
+        default = signatures[DEFAULT_SIGNATURE]
+        inputs = default.structured_input_signature[1]
+        columns = [raw_values(row, inputs) for row in rows]
+        try:
+            batch = {
+                name: tf.constant([c[name] for c in columns], dtype=spec.dtype)
+                for name, spec in inputs.items()
+            }
+            expected = _batched(DEFAULT_SIGNATURE, default(**batch), len(rows))
+        except (tf.errors.OpError, ValueError, TypeError) as err:
+            raise InfraValidationError(
+                f"the SavedModel's {DEFAULT_SIGNATURE} fails on evaluation rows in process: "
+                f"{_one_line(err)}"
+            ) from None
+        by_row: list[list[Request]] = []
+        formats = ["rows (instances)", "columns (inputs)"]
+        by_example = None
+        if _takes_examples(signatures.get(EXAMPLES_SIGNATURE)):
+            formats.append(f"tf.Examples ({EXAMPLES_SIGNATURE})")
+            try:
+                by_example = _batched(
+                    EXAMPLES_SIGNATURE,
+                    signatures[EXAMPLES_SIGNATURE](tf.constant(list(rows), dtype=tf.string)),
+                    len(rows),
+                )
+            except (tf.errors.OpError, ValueError, TypeError) as err:
+                raise InfraValidationError(
+                    f"the SavedModel's {EXAMPLES_SIGNATURE} fails on evaluation rows in "
+                    f"process: {_one_line(err)}"
+                ) from None
+        predict = ":predict"
+        example_input = (
+            next(iter(signatures[EXAMPLES_SIGNATURE].structured_input_signature[1]))
+            if by_example is not None
+            else None
+        )
+        for index, (row, values) in enumerate(zip(rows, columns, strict=True)):
+            json_row = {name: _json_value(value) for name, value in values.items()}
+            want = _row_of(expected, index)
+            columnar = {name: [value] for name, value in json_row.items()}
+            requests = [
+                Request(formats[0], predict, _dumps({"instances": [json_row]}), True, want),
+                Request(formats[1], predict, _dumps({"inputs": columnar}), False, want),
+            ]
+            if by_example is not None:
+                body = {
+                    "signature_name": EXAMPLES_SIGNATURE,
+                    "instances": [{example_input: {"b64": base64.b64encode(row).decode()}}],
+                }
+                want = _row_of(by_example, index)
+                requests.append(Request(formats[2], predict, _dumps(body), True, want))
+            by_row.append(requests)
+        return cls(by_row, formats)
+
+
+def _row_of(outputs: Mapping[str, Any], index: int) -> dict[str, Any]:
+    """One row's outputs, each as a numpy array (0-d for a scalar per row)."""
+    import numpy as np
+
+    return {name: np.asarray(array[index]) for name, array in outputs.items()}
+
+
+def _takes_examples(signature) -> bool:
+    import tensorflow as tf
+
+    if signature is None:
+        return False
+    inputs = signature.structured_input_signature[1]
+    return len(inputs) == 1 and next(iter(inputs.values())).dtype == tf.string
+
+
+def _batched(signature: str, outputs: Mapping[str, Any], rows: int) -> dict[str, Any]:
+    """The outputs as numpy arrays, each checked to hold one entry per input row (TF Serving
+    splits a batch's answer by its first dimension)."""
+    arrays = {name: tensor.numpy() for name, tensor in outputs.items()}
+    for name, array in arrays.items():
+        if array.ndim == 0 or array.shape[0] != rows:
+            raise InfraValidationError(
+                f"malformed signature: {signature} output {name!r} has shape {list(array.shape)} "
+                f"for {rows} rows; TF Serving needs one entry per row (a first dimension of "
+                f"{rows})"
+            )
+    return arrays
+
+
+def _dumps(body: Mapping[str, Any]) -> bytes:
+    # NaN is how a missing number travels, as TF Serving's JSON parser accepts it.
+    return json.dumps(body, allow_nan=True).encode()
+
+
+def _one_line(err: BaseException) -> str:
+    return " ".join(str(err).split())[:500]
+
+
+def raw_values(serialized: bytes, inputs: Mapping[str, Any]) -> dict[str, Any]:
+    """One raw value per input of the raw-row signature, from a tf.Example; a value the row
+    lacks is the trainer's missing marker (NaN, -1 or "")."""
+    import tensorflow as tf
+
+    from components.trainer.model import MISSING_FLOAT, MISSING_INT, MISSING_STRING
+
+    example = tf.train.Example.FromString(serialized)
+    values = {}
+    for name, spec in inputs.items():
+        feature = example.features.feature.get(name)
+        kind = feature.WhichOneof("kind") if feature is not None else None
+        found = list(getattr(feature, kind).value) if kind else []
+        if spec.dtype == tf.string:
+            values[name] = found[0] if found else MISSING_STRING
+        elif spec.dtype.is_floating:
+            values[name] = float(found[0]) if found else MISSING_FLOAT
+        elif spec.dtype.is_integer:
+            values[name] = int(found[0]) if found else MISSING_INT
+        else:
+            raise InfraValidationError(
+                f"{DEFAULT_SIGNATURE} input {name!r} is {spec.dtype.name}, which canary rows "
+                "cannot fill (string, float and integer inputs can)"
+            )
+    return values
+
+
+def _json_value(value: Any) -> Any:
+    """A raw value as TF Serving's JSON carries it (bytes that are not UTF-8 as base64)."""
+    if isinstance(value, bytes):
+        try:
+            return value.decode("utf-8")
+        except UnicodeDecodeError:
+            return {"b64": base64.b64encode(value).decode()}
+    return value
+
+
+def send_canaries(
+    port: int, settings: Settings, canaries: Canaries, findings: Findings
+) -> list[float]:
+    """Checks the model's status, then sends every canary request; returns the latencies (ms).
+
+    Raises `InfraValidationError` at the first answer that is not right.
+    """
+    import httpx
+
+    findings.formats = canaries.formats
+    model_url = f"http://127.0.0.1:{port}/v1/models/{settings.model_name}"
+    latencies: list[float] = []
+    with httpx.Client(timeout=REQUEST_TIMEOUT_SECONDS) as client:
+        check_status(client, model_url)
+        headers = {"Content-Type": "application/json"}
+        for index in range(settings.canary_requests):
+            for request in canaries.by_row[index % len(canaries.by_row)]:
+                sent = time.perf_counter()
+                try:
+                    answer = client.post(
+                        model_url + request.path, content=request.body, headers=headers
+                    )
+                except httpx.HTTPError as err:
+                    raise InfraValidationError(
+                        f"the model server did not answer a {request.format} request: "
+                        f"{_one_line(err)}"
+                    ) from None
+                latencies.append((time.perf_counter() - sent) * 1000)
+                findings.requests += 1
+                check_answer(request, answer.status_code, answer.content)
+    return latencies
+
+
+def check_status(client, model_url: str) -> None:
+    """`GET /v1/models/M` must report version 1 AVAILABLE, as TF Serving's status API does."""
+    import httpx
+
+    try:
+        answer = client.get(model_url)
+        status = answer.json() if answer.status_code == 200 else None
+    except (httpx.HTTPError, ValueError) as err:
+        raise InfraValidationError(
+            f"the model server's status ({model_url}) did not answer: {_one_line(err)}"
+        ) from None
+    versions = (status or {}).get("model_version_status") or []
+    if not any(
+        str(v.get("version")) == "1" and v.get("state") == "AVAILABLE"
+        for v in versions
+        if isinstance(v, dict)
+    ):
+        raise InfraValidationError(
+            f"the model server does not report version 1 AVAILABLE: HTTP {answer.status_code} "
+            f"{_one_line(answer.text)[:300]}"
+        )
+
+
+def check_answer(request: Request, status: int, content: bytes) -> None:
+    """Raises `InfraValidationError` unless the answer is HTTP 200, shaped as the signature's
+    outputs for one row, finite, and equal to the in-process answer."""
+    import numpy as np
+
+    def malformed(what: str) -> InfraValidationError:
+        return InfraValidationError(f"malformed answer to a {request.format} request: {what}")
+
+    if status != 200:
+        raise InfraValidationError(
+            f"the model server answered HTTP {status} to a {request.format} request: "
+            f"{_one_line(content.decode(errors='replace'))[:300]}"
+        )
+    try:
+        payload = json.loads(content)
+    except ValueError:
+        raise malformed(f"not JSON: {content[:200]!r}") from None
+    got = _one_row(payload, request, malformed)
+    for name, want in request.expected.items():
+        value = got[name]
+        if want.dtype.kind in "SUO":  # strings: compared as text
+            if _text(value) != _text(want.tolist()):
+                raise InfraValidationError(
+                    f"the {request.format} answer's {name!r} is {value!r}, the SavedModel's "
+                    f"in-process answer {_text(want.tolist())!r}"
+                )
+            continue
+        try:
+            array = np.asarray(value, dtype=np.float64)
+        except (TypeError, ValueError):
+            raise malformed(f"{name!r} is {str(value)[:100]}, not numbers") from None
+        if array.shape != want.shape:
+            raise malformed(
+                f"{name!r} has shape {list(array.shape)} per row, the signature's "
+                f"{list(want.shape)}"
+            )
+        if not np.all(np.isfinite(array)):
+            raise malformed(f"{name!r} is not finite: {str(value)[:100]}")
+        expected = want.astype(np.float64)
+        if not np.allclose(array, expected, rtol=RELATIVE_TOLERANCE, atol=ABSOLUTE_TOLERANCE):
+            worst = float(np.max(np.abs(array - expected) / np.maximum(np.abs(expected), 1e-30)))
+            raise InfraValidationError(
+                f"the {request.format} answer's {name!r} differs from the SavedModel's "
+                f"in-process answer by up to {worst:.3g} relative (tolerance "
+                f"{RELATIVE_TOLERANCE:g}): {str(value)[:100]} vs {expected.tolist()!s:.100}"
+            )
+
+
+def _one_row(payload: Any, request: Request, malformed) -> dict[str, Any]:
+    """The answer for the one row sent, as {output name: value}; TF Serving leaves the names
+    out when the signature has one output."""
+    names = sorted(request.expected)
+    key = "predictions" if request.row_format else "outputs"
+    if not isinstance(payload, dict) or key not in payload:
+        raise malformed(f"no {key!r} in {str(payload)[:200]}")
+    answer = payload[key]
+    if request.row_format:
+        if not isinstance(answer, list) or len(answer) != 1:
+            raise malformed(f"{key!r} should hold 1 row: {str(answer)[:200]}")
+        row = answer[0]
+        if len(names) == 1 and not (isinstance(row, dict) and set(row) == set(names)):
+            return {names[0]: row}
+    else:
+        if len(names) == 1 and not (isinstance(answer, dict) and set(answer) == set(names)):
+            answer = {names[0]: answer}
+        if not isinstance(answer, dict):
+            raise malformed(f"{key!r} should map output names to columns: {str(answer)[:200]}")
+        row = {}
+        for name, column in answer.items():
+            if not isinstance(column, list) or len(column) != 1:
+                raise malformed(f"{key!r}[{name!r}] should hold 1 row: {str(column)[:200]}")
+            row[name] = column[0]
+    if not isinstance(row, dict) or sorted(row) != names:
+        found = sorted(row) if isinstance(row, dict) else type(row).__name__
+        raise malformed(f"outputs {found}, the signature's {names}")
+    return row
+
+
+def _text(value: Any) -> Any:
+    """Strings as text, whether bytes, TF Serving's {"b64": ...} or nested lists of them."""
+    if isinstance(value, bytes):
+        return value.decode("utf-8", errors="replace")
+    if isinstance(value, dict) and set(value) == {"b64"}:
+        return _text(base64.b64decode(value["b64"]))
+    if isinstance(value, list):
+        return [_text(v) for v in value]
+    return value
