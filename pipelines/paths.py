@@ -25,10 +25,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from pipelines.spec.sources import PROJECT_ROOT  # noqa: F401 (one definition, re-exported)
+
 if TYPE_CHECKING:  # the spec models import this module's constants for nothing at run time
     from pipelines.spec.models import PipelineSpec
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
+
 SPECS_DIR = PROJECT_ROOT / "pipelines" / "specs"
 CONFIGS_DIR = PROJECT_ROOT / "configs"
 LOCK_FILE = PROJECT_ROOT / "requirements.lock"

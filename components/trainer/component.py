@@ -7,6 +7,10 @@ component adds it as an input and its executor hands the training split's path t
 `custom_config["statistics_path"]` (and every split's as `custom_config["statistics_paths"]`,
 which count the rows whose label the model does not know). Training and export are TFX's
 GenericExecutor unchanged.
+
+`UserModuleTrainer` is TFX's Trainer for a team's `run_fn` module (`trainer.module`): the same
+executor and FnArgs TFX gives any run_fn, plus two execution properties it ignores, the code
+version (so an edited module re-trains) and the module's name and digest (lineage).
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from tfx.dsl.components.base import base_component, executor_spec
 from tfx.dsl.io import fileio
 from tfx.proto import trainer_pb2
 from tfx.types import artifact_utils, standard_artifacts, standard_component_specs
-from tfx.types.component_spec import ChannelParameter
+from tfx.types.component_spec import ChannelParameter, ExecutionParameter
 from tfx.utils import json_utils
 
 from components.trainer.features import SUMMARY_FILE
@@ -32,6 +36,13 @@ STATISTICS_KEY = "statistics"
 STATISTICS_PATH_KEY = "statistics_path"
 STATISTICS_PATHS_KEY = "statistics_paths"
 CHECKPOINT_DIR_KEY = "checkpoint_dir"
+# Execution properties TFX's executor ignores: they key the cache and name the user code.
+CODE_VERSION_KEY = "code_version"
+USER_CODE_KEY = "user_code"
+_CODE_PARAMETERS = {
+    CODE_VERSION_KEY: ExecutionParameter(type=str, optional=True),
+    USER_CODE_KEY: ExecutionParameter(type=str, optional=True),
+}
 
 
 class TrainerWithStatisticsSpec(standard_component_specs.TrainerSpec):
@@ -41,6 +52,22 @@ class TrainerWithStatisticsSpec(standard_component_specs.TrainerSpec):
         **standard_component_specs.TrainerSpec.INPUTS,
         STATISTICS_KEY: ChannelParameter(type=standard_artifacts.ExampleStatistics),
     }
+    PARAMETERS = {**standard_component_specs.TrainerSpec.PARAMETERS, **_CODE_PARAMETERS}
+
+
+class UserModuleTrainerSpec(standard_component_specs.TrainerSpec):
+    """TFX's TrainerSpec plus the code version and the user code's name and digest."""
+
+    PARAMETERS = {**standard_component_specs.TrainerSpec.PARAMETERS, **_CODE_PARAMETERS}
+
+
+def record_user_code(output_dict, exec_properties) -> None:
+    """Names the user code (module and digest) on the Model artifact, for lineage."""
+    user_code = exec_properties.get(USER_CODE_KEY)
+    if not user_code:
+        return
+    model = artifact_utils.get_single_instance(output_dict[standard_component_specs.MODEL_KEY])
+    model.set_string_custom_property("conveyor_user_code", user_code)
 
 
 def checkpoint_dir(input_dict, output_dict, custom_config: dict[str, Any]) -> str:
@@ -125,6 +152,29 @@ class Executor(tfx_trainer_executor.GenericExecutor):
         inputs = {k: v for k, v in input_dict.items() if k != STATISTICS_KEY}
         super().Do(inputs, output_dict, exec_properties)
         record_summary(output_dict)
+        record_user_code(output_dict, exec_properties)
+
+
+class UserModuleExecutor(tfx_trainer_executor.GenericExecutor):
+    """TFX's GenericExecutor: the team's run_fn gets TFX's FnArgs unchanged."""
+
+    def Do(self, input_dict, output_dict, exec_properties):  # noqa: N802 - TFX's name
+        """Runs TFX's training (the user's `run_fn`), then names the user code on the Model.
+
+        The module is imported here first, so a module that does not import or has no `run_fn`
+        (and a run_fn that raises) fails with one paragraph naming trainer.module.
+        """
+        from components.user_code import UserCodeFailure, entry_point, failure
+
+        module = exec_properties[standard_component_specs.RUN_FN_KEY].rpartition(".")[0]
+        entry_point("trainer.module", module, "run_fn")
+        try:
+            super().Do(input_dict, output_dict, exec_properties)
+        except UserCodeFailure:
+            raise
+        except Exception as err:  # the team's run_fn may raise anything
+            raise failure("trainer.module", module, "run_fn", err) from None
+        record_user_code(output_dict, exec_properties)
 
 
 class Trainer(base_component.BaseComponent):
@@ -144,6 +194,7 @@ class Trainer(base_component.BaseComponent):
         eval_args: trainer_pb2.EvalArgs,
         custom_config: dict[str, Any],
         base_model: types.BaseChannel | None = None,
+        user_code: str = "",
     ):
         super().__init__(
             spec=TrainerWithStatisticsSpec(
@@ -154,7 +205,47 @@ class Trainer(base_component.BaseComponent):
                 run_fn=run_fn,
                 train_args=train_args,
                 eval_args=eval_args,
+                custom_config=json_utils.dumps(custom_config),  # holds the code version
+                user_code=user_code or None,
+                model=types.Channel(type=standard_artifacts.Model),
+                model_run=types.Channel(type=standard_artifacts.ModelRun),
+            )
+        )
+
+
+class UserModuleTrainer(base_component.BaseComponent):
+    """TFX's Trainer running a team's `run_fn` (`run_fn="package.module.run_fn"`), with the code
+    version and the user code as execution properties."""
+
+    SPEC_CLASS = UserModuleTrainerSpec
+    EXECUTOR_SPEC = executor_spec.ExecutorClassSpec(UserModuleExecutor)
+
+    def __init__(
+        self,
+        *,
+        examples: types.BaseChannel,
+        schema: types.BaseChannel,
+        run_fn: str,
+        train_args: trainer_pb2.TrainArgs,
+        eval_args: trainer_pb2.EvalArgs,
+        custom_config: dict[str, Any],
+        code_version: str,
+        user_code: str,
+        transform_graph: types.BaseChannel | None = None,
+        base_model: types.BaseChannel | None = None,
+    ):
+        super().__init__(
+            spec=UserModuleTrainerSpec(
+                examples=examples,
+                schema=schema,
+                transform_graph=transform_graph,
+                base_model=base_model,
+                run_fn=run_fn,
+                train_args=train_args,
+                eval_args=eval_args,
                 custom_config=json_utils.dumps(custom_config),
+                code_version=code_version,
+                user_code=user_code,
                 model=types.Channel(type=standard_artifacts.Model),
                 model_run=types.Channel(type=standard_artifacts.ModelRun),
             )

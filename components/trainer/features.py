@@ -45,16 +45,18 @@ class FeatureInfo:
     """One input column and how the model encodes it.
 
     Numeric columns are standardised with `mean` and `std`; categorical text is looked up in
-    `vocabulary` (most frequent first); categorical integers are hashed into `hash_buckets`.
+    `vocabulary` (most frequent first); categorical integers are hashed into `hash_buckets`;
+    text is embedded by the SavedModel at `embedding` (as the spec gives the path).
     """
 
     name: str
-    kind: str  # "numeric" or "categorical", as in the spec
+    kind: str  # "numeric", "categorical" or "text", as in the spec
     dtype: DType
     mean: float = 0.0
     std: float = 1.0
     vocabulary: tuple[str, ...] = ()
     hash_buckets: int = 0
+    embedding: str = ""
 
 
 @dataclass(frozen=True)
@@ -79,6 +81,14 @@ class LabelInfo:
         return len(self.classes)
 
 
+def _feature_dict(feature: FeatureInfo) -> dict[str, Any]:
+    described = feature.__dict__ | {"dtype": feature.dtype.value}
+    if not described["embedding"]:
+        # Left out unless set: records written before text features existed compare equal.
+        del described["embedding"]
+    return described
+
+
 @dataclass(frozen=True)
 class FeatureSet:
     """Everything the trainer knows about the columns: the features in order, and the label."""
@@ -89,7 +99,7 @@ class FeatureSet:
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict (dtypes as their names), recorded with an export for warm starts."""
         return {
-            "features": [f.__dict__ | {"dtype": f.dtype.value} for f in self.features],
+            "features": [_feature_dict(f) for f in self.features],
             "label": self.label.__dict__ | {"dtype": self.label.dtype.value},
         }
 
@@ -179,6 +189,14 @@ def describe(
             num = feature_stats.num_stats
             std = num.std_dev if num.std_dev > 1e-12 else 1.0
             infos.append(FeatureInfo(spec["name"], "numeric", dtype, mean=num.mean, std=std))
+        elif spec["kind"] == "text":
+            if dtype is not DType.STRING:
+                raise TrainerConfigError(
+                    f"feature {spec['name']!r} is declared text but its column holds numbers"
+                )
+            infos.append(
+                FeatureInfo(spec["name"], "text", dtype, embedding=spec["embedding"]["module"])
+            )
         elif dtype is DType.STRING:
             vocabulary = _vocabulary(feature_stats, int(spec.get("max_vocabulary", 1000)))
             infos.append(FeatureInfo(spec["name"], "categorical", dtype, vocabulary=vocabulary))

@@ -3,15 +3,20 @@
 Preprocessing lives in the exported SavedModel, so serving needs no code of ours: numeric columns
 are standardised with the training statistics (a missing value becomes the mean plus a
 "missing" indicator), categorical strings are looked up in their vocabulary (unknown and
-missing values share one out-of-vocabulary slot), and categorical integers are hashed.
+missing values share one out-of-vocabulary slot), categorical integers are hashed, and text is
+embedded by a pretrained SavedModel (frozen), which the export carries along.
+
+The network on top of that feature vector is Conveyor's dense stack, or the team's own
+(`trainer.module` with `build_model(inputs, spec)`): either way Conveyor adds the output head.
 """
 
 from __future__ import annotations
 
+import importlib
 import io
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -75,6 +80,28 @@ def raw_input_signature(features: FeatureSet) -> dict[str, tf.TensorSpec]:
     }
 
 
+def load_embedding(path: str) -> Callable[[tf.Tensor], tf.Tensor]:
+    """The text embedding module at `path` (relative paths are under the project root): a
+    loaded SavedModel, called on a [batch] string tensor for a [batch, dim] one.
+
+    Raises:
+      TrainerConfigError: when there is no SavedModel there, or calling it fails.
+    """
+    from pipelines.paths import PROJECT_ROOT
+
+    folder = path if os.path.isabs(path) else os.path.join(PROJECT_ROOT, path)
+    try:
+        module = tf.saved_model.load(folder)
+    except (OSError, ValueError, tf.errors.OpError) as err:
+        raise TrainerConfigError(f"embedding module {path!r} cannot be loaded: {err}") from None
+    if not callable(module):
+        raise TrainerConfigError(
+            f"embedding module {path!r} is not callable: save a tf.Module whose __call__ "
+            "takes a batch of strings"
+        )
+    return module
+
+
 def _string_table(values: tuple[str, ...]) -> tf.lookup.StaticHashTable:
     return tf.lookup.StaticHashTable(
         tf.lookup.KeyValueTensorInitializer(
@@ -102,6 +129,19 @@ class Preprocessor(tf.Module):
             else None
         )
         self.classes = tf.constant(label.classes or ("",), tf.string)
+        # Tracked here, so the exported SavedModel carries the embedding modules too.
+        self.embeddings = {
+            f.name: load_embedding(f.embedding) for f in features.features if f.kind == "text"
+        }
+        self._embedding_widths = {}
+        for name, module in self.embeddings.items():
+            sample = module(tf.constant(["a"]))
+            if sample.shape.rank != 2:
+                raise TrainerConfigError(
+                    f"embedding module of feature {name!r} returns shape {sample.shape}; it must "
+                    "map a [batch] string tensor to [batch, dim]"
+                )
+            self._embedding_widths[name] = int(sample.shape[1])
 
     @property
     def width(self) -> int:
@@ -110,6 +150,8 @@ class Preprocessor(tf.Module):
         for f in self._features.features:
             if f.kind == "numeric":
                 width += 2  # standardised value and a missing-value indicator
+            elif f.kind == "text":
+                width += self._embedding_widths[f.name]
             elif f.dtype is DType.STRING:
                 width += len(f.vocabulary) + 1  # one slot for unknown or missing
             else:
@@ -120,8 +162,9 @@ class Preprocessor(tf.Module):
         """The [batch, width] float32 network input from raw columns (column name -> values).
 
         Per feature, in order: numeric -> standardised value (a missing one is the mean) and a
-        missing indicator; text -> one-hot over the vocabulary plus an unknown-or-missing slot;
-        integer categorical -> one-hot of its hash bucket.
+        missing indicator; categorical text -> one-hot over the vocabulary plus an
+        unknown-or-missing slot; integer categorical -> one-hot of its hash bucket; text -> its
+        embedding (a missing value embeds "").
         """
         parts = []
         for f in self._features.features:
@@ -134,6 +177,8 @@ class Preprocessor(tf.Module):
                 filled = tf.where(missing, tf.cast(f.mean, tf.float32), value)
                 parts.append(((filled - f.mean) / f.std)[:, None])
                 parts.append(tf.cast(missing, tf.float32)[:, None])
+            elif f.kind == "text":
+                parts.append(tf.cast(self.embeddings[f.name](value), tf.float32))
             elif f.dtype is DType.STRING:
                 index = self._tables[f.name].lookup(value)
                 oov = len(f.vocabulary)
@@ -158,20 +203,69 @@ class Preprocessor(tf.Module):
         return tf.where(known, ids, tf.constant(-1, tf.int64))
 
 
+BuildModel = Callable[[Any, Any], Any]  # build_model(inputs, spec) -> keras tensor
+
+
+def load_build_model(module: str) -> BuildModel:
+    """The `build_model` hook of the team's trainer module, imported (executed) here.
+
+    Raises:
+      TrainerConfigError: one paragraph naming trainer.module, when the module does not import
+        or has no callable `build_model`.
+    """
+    try:
+        imported = importlib.import_module(module)
+    except Exception as err:  # the team's code may raise anything while importing
+        raise TrainerConfigError(
+            f"trainer.module {module!r} failed to import: {type(err).__name__}: {err}"
+        ) from None
+    hook = getattr(imported, "build_model", None)
+    if not callable(hook):
+        raise TrainerConfigError(f"trainer.module {module!r} has no callable `build_model`")
+    return hook
+
+
+def _is_keras_tensor(value: Any) -> bool:
+    try:
+        return keras.backend.is_keras_tensor(value)
+    except ValueError:  # not a tensor at all
+        return False
+
+
 def build_network(
     input_width: int,
     label: LabelInfo,
     hidden_units: tuple[int, ...],
     dropout: float,
+    body: BuildModel | None = None,
+    spec: Any = None,
 ) -> keras.Model:
-    """A dense ReLU network from the preprocessed vector to the label's output.
+    """A network from the preprocessed vector to the label's output.
 
-    The output is sigmoid for binary, softmax for several classes and linear for regression,
-    computed in float32 even under a mixed-precision policy.
+    The body is a dense ReLU stack (`hidden_units`, `dropout`), or `body(inputs, spec)` (the
+    team's `build_model` hook) given the [batch, input_width] feature vector and the trainer
+    spec, returning a [batch, units] tensor. The output head is added here: sigmoid for binary,
+    softmax for several classes and linear for regression, computed in float32 even under a
+    mixed-precision policy.
+
+    Raises:
+      TrainerConfigError: when the hook fails or returns something that is not a 2-D tensor.
     """
     inputs = keras.Input(shape=(input_width,), name="features")
     x = inputs
-    for units in hidden_units:
+    if body is not None:
+        try:
+            x = body(inputs, spec)
+        except Exception as err:  # the team's code: name it, not our stack
+            raise TrainerConfigError(
+                f"trainer.module's build_model raised {type(err).__name__}: {err}"
+            ) from None
+        if not (_is_keras_tensor(x) and x.shape.rank == 2):
+            raise TrainerConfigError(
+                "trainer.module's build_model must return a [batch, units] Keras tensor built "
+                f"from its inputs, not {type(x).__name__} {getattr(x, 'shape', '')}"
+            )
+    for units in hidden_units if body is None else ():
         x = keras.layers.Dense(units, activation="relu")(x)
         if dropout:
             x = keras.layers.Dropout(dropout)(x)
@@ -290,10 +384,13 @@ def _architecture(features: FeatureSet, trainer: Mapping[str, Any]) -> dict[str,
     for feature in described["features"]:
         for learned in ("mean", "std", "vocabulary"):
             feature.pop(learned)
-    return {
+    architecture = {
         "features": described,
         "hidden_units": list(trainer.get("hidden_units", ())),
     }
+    if trainer.get("module"):  # the team's network: its weights fit only the same module
+        architecture["module"] = trainer["module"]
+    return architecture
 
 
 def export(module: ServingModule, path: str, trainer: Mapping[str, Any]) -> None:
@@ -363,6 +460,8 @@ def _differences(previous: dict, current: dict) -> list[str]:
     ]
     if previous["features"]["label"] != current["features"]["label"]:
         notes.append("label classes differ")
+    if previous.get("module") != current.get("module"):
+        notes.append(f"trainer.module {previous.get('module')} -> {current.get('module')}")
     if previous["hidden_units"] != current["hidden_units"]:
         notes.append(f"hidden_units {previous['hidden_units']} -> {current['hidden_units']}")
     return notes or ["column order differs"]

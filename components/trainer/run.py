@@ -353,6 +353,12 @@ def train(
         features, warm_weights = model_lib.read_warm_start(base_model_dir, features, trainer)
 
     preprocessor = model_lib.Preprocessor(features)
+    body = spec = None
+    if trainer.get("module"):  # the team's build_model hook replaces the dense stack
+        from pipelines.spec.models import TrainerSpec
+
+        body = model_lib.load_build_model(trainer["module"])
+        spec = TrainerSpec.model_validate(trainer)
     counted = count_unseen_labels(
         {"train": train_files, "eval": eval_files}, features, preprocessor, statistics
     )
@@ -372,6 +378,8 @@ def train(
                 features.label,
                 tuple(trainer.get("hidden_units", (32, 16))),
                 float(trainer.get("dropout", 0.0)),
+                body=body,
+                spec=spec,
             )
             model_lib.compile_network(
                 network,

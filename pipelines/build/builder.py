@@ -38,8 +38,21 @@ def build_nodes(
     the target.
     """
     ctx = BuildContext(spec=spec, paths=paths, target=Orchestrator(target), span=span)
-    for component in spec.components:
-        build_function(component.type)(ctx, component.id)
+    from pipelines.build import custom
+
+    for index, component in enumerate(spec.components):
+        if component.component is not None:  # a team's component, by import path
+            custom.build_custom(ctx, index, component)
+            continue
+        before = dict(ctx.channels)
+        with custom.inputs_overlay(ctx, index, component):
+            build_function(component.type)(ctx, component.id)
+        # A built-in's outputs are named after the roles it provided.
+        ctx.outputs[component.id] = {
+            role: channel
+            for role, channel in ctx.channels.items()
+            if role in COMPONENT_TYPES[component.type].provides and before.get(role) is not channel
+        }
     return ctx
 
 

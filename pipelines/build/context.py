@@ -45,6 +45,9 @@ class BuildContext:
     notes: dict[str, str] = field(default_factory=dict)
     # The examples come with the Arrow reader's Parquet copy (see components/statistics_gen).
     columnar_examples: bool = False
+    # Node id -> its outputs by name, for `inputs` that name `node_id.output_name` (a built-in's
+    # are the roles it provided; a team's component's, its own output names).
+    outputs: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def need(self, role: str, node_id: str) -> Any:
         """The channel published under `role` by an earlier node."""
@@ -76,12 +79,40 @@ class BuildContext:
         self.notes[node_id] = how
 
 
-def code_version() -> str:
-    """Digest of Conveyor's component code: a code change invalidates the cached outputs of
-    the nodes that record it (the Trainer, the Arrow reader)."""
+def code_version(user_code: dict[str, str] | None = None) -> str:
+    """Digest of Conveyor's component code, and of the user code a node runs (`user_code`,
+    name -> digest): a change to either invalidates the cached outputs of the nodes that record
+    it (the Trainer, Transform, the Arrow reader)."""
+    import hashlib
+
     from pipelines.spec.loading import source_digest
 
-    return source_digest(("components",), (".py",))[:16]
+    conveyor = source_digest(("components",), (".py",))
+    if not user_code:
+        return conveyor[:16]
+    combined = hashlib.sha256(conveyor.encode())
+    for name, digest in sorted(user_code.items()):
+        combined.update(f"{name}={digest}".encode())
+    return combined.hexdigest()[:16]
+
+
+def user_code(spec: PipelineSpec, node: str) -> dict[str, str]:
+    """What user code `node` ("trainer" or "transform") runs, name -> 16-hex digest: the
+    modules the spec names (their package's source) and the trainer's embedding modules."""
+    from pipelines.spec import user_code as user_code_lib
+
+    found: dict[str, str] = {}
+    if node == "transform" and spec.transform is not None:
+        module = spec.transform.module
+        found[module] = user_code_lib.code_digest(module)[:16]
+    if node == "trainer":
+        if spec.trainer.module is not None:
+            found[spec.trainer.module] = user_code_lib.code_digest(spec.trainer.module)[:16]
+        for feature in spec.trainer.features:
+            if feature.embedding is not None:
+                folder = user_code_lib.embedding_path(feature.embedding.module)
+                found[feature.embedding.module] = user_code_lib.saved_model_digest(folder)[:16]
+    return found
 
 
 def use_arrow_reader(spec: PipelineSpec, input_dir: Path, span: int | None) -> bool:

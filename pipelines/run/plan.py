@@ -13,8 +13,8 @@ from pathlib import Path
 
 from pipelines.build import spans
 from pipelines.paths import RunPaths
-from pipelines.spec.loading import LoadedSpec
-from pipelines.spec.models import PipelineSpec
+from pipelines.spec.loading import LoadedSpec, SpecError
+from pipelines.spec.models import DataFormat, PipelineSpec
 
 
 @dataclass(frozen=True)
@@ -38,7 +38,15 @@ class Run:
 
         Raises:
           spans.SpanError: the span has no data, or the spec has no spans to pick from.
+          SpecError: the spec reads a BigQuery query, which only an orchestrator can run.
         """
+        if loaded.spec.data.format is DataFormat.BIGQUERY:
+            raise SpecError(
+                f"{loaded.spec.name}: data.format 'bigquery' cannot run here (no BigQuery to "
+                f"reach); compile it instead: `conveyor compile {loaded.spec.name} --env "
+                "kubeflow`. To run locally, export the query's rows to Parquet and set "
+                "data.format: parquet (docs/inputs.md)."
+            )
         paths = RunPaths(workdir=Path(workdir).resolve(), spec=loaded.spec)
         return cls(loaded, paths, spans.resolve_span(loaded.spec, paths.input_dir, night, span))
 

@@ -21,7 +21,7 @@ import yaml
 from pydantic import ValidationError
 
 from pipelines.paths import CONFIGS_DIR, PROJECT_ROOT, SPECS_DIR, project_file, relative_to_project
-from pipelines.spec.models import PipelineSpec, SchemaSource
+from pipelines.spec.models import CSV_ONLY_KEYS, DataFormat, PipelineSpec, SchemaSource
 
 # Profile keys that are not spec overlays: `pipelines.<name>` overlays one pipeline only.
 _PER_PIPELINE_KEY = "pipelines"
@@ -171,7 +171,13 @@ def _describe_error(error: Mapping[str, Any], provenance: Mapping[tuple[str, ...
     key_path = ".".join(loc) if loc else "(top level)"
     message = error["msg"].removeprefix("Value error, ")
     if not loc and re.match(r"^[a-z_]+(\[\d+\])?[ .:]", message):
-        # A check across sections (the components' wiring) names its own key first.
+        # A check across sections (the components' wiring) names its own key first; an entry
+        # of `components` is named with the file (or `--set`) that gave the list.
+        entry = re.match(r"^components\[\d+\]", message)
+        known = entry and isinstance(provenance, Provenance)
+        source = provenance.source_of(entry.group()) if known else "(defaults)"
+        if source != "(defaults)":  # the reference chain is no file's
+            return f"{source}: {message.rstrip('.')}."
         return message.rstrip(".") + "."
     source = None
     for length in range(len(loc), -1, -1):
@@ -312,8 +318,44 @@ def load_spec(
     ]
     layers += [(f"--set {o}", parse_override(o)) for o in overrides]
     spec, provenance = validate_layers(layers)
+    # The profile's own keys apply to every pipeline: its CSV reader choice (`large`) is no
+    # mistake for a Parquet spec. Only the layers about this pipeline are held to its format.
+    check_format_keys(spec, [layers[0], *layers[2:]])
     check_columns(spec, provenance, workdir)
+    check_user_code(spec, provenance)
     return LoadedSpec(spec=spec, env=env, sources=tuple(source for source, _ in layers))
+
+
+def check_user_code(spec: PipelineSpec, provenance: Provenance) -> None:
+    """The modules a spec names (`trainer.module`, `transform.module`) exist and follow their
+    contract, read without being imported, and embedding modules are on disk."""
+    from pipelines.spec.user_code import spec_problem
+
+    problem = spec_problem(spec)
+    if problem is not None:
+        key, message = problem
+        raise SpecError(f"{provenance.source_of(key)}: {message}")
+
+
+def check_format_keys(spec: PipelineSpec, layers: Iterable[tuple[str, Mapping[str, Any]]]) -> None:
+    """Refuses CSV reader keys (`data.reader`, `data.bad_rows`, `data.arrow_above_megabytes`) in
+    a layer about this pipeline when its `data.format` is not `csv`: nothing would read them.
+
+    Raises:
+      SpecError: naming the layer (file or `--set`) and the key.
+    """
+    if spec.data.format is DataFormat.CSV:
+        return
+    for source, layer in layers:
+        data = layer.get("data")
+        if not isinstance(data, Mapping):
+            continue
+        for key in CSV_ONLY_KEYS:
+            if key in data:
+                raise SpecError(
+                    f"{source}: data.{key}: only the CSV readers read it, and this spec's "
+                    f"data.format is {spec.data.format.value!r}; remove it (docs/inputs.md)."
+                )
 
 
 def schema_columns(schema_path: Path) -> list[str]:
@@ -341,6 +383,32 @@ def csv_columns(input_dir: Path) -> tuple[str, list[str]] | None:
     return files[0], header
 
 
+def input_columns(spec: PipelineSpec, input_dir: Path) -> tuple[str, list[str]] | None:
+    """The first input file of a spec without spans and its columns, for the formats whose
+    columns a file's header or footer says cheaply (CSV, Parquet); None otherwise."""
+    if spec.data.format is DataFormat.CSV:
+        return csv_columns(input_dir)
+    if spec.data.format is not DataFormat.PARQUET or spec.data.span_pattern:
+        return None
+    files = sorted(p for p in Path(input_dir).glob("*") if p.is_file())
+    if not files:
+        return None
+    import pyarrow.parquet as pq  # only for a Parquet spec whose data is there
+
+    try:
+        return str(files[0]), list(pq.read_schema(files[0]).names)
+    except Exception:  # noqa: BLE001 - not Parquet: the ExampleGen says so, naming the file
+        return None
+
+
+def has_input_files(spec: PipelineSpec, input_dir: Path) -> bool:
+    """Whether `input_dir` holds input for a spec without spans: a `*.csv` for CSV (the files
+    `csv_columns` reads), any file for the other formats (ExampleGen reads every one)."""
+    if spec.data.format is DataFormat.CSV:
+        return csv_columns(input_dir) is not None
+    return any(p.is_file() for p in Path(input_dir).glob("*"))
+
+
 def check_columns(spec: PipelineSpec, provenance: Provenance, workdir: Path | None = None) -> None:
     """Every label and feature column the trainer needs exists in the schema (or the data)."""
     needed = [("trainer.label", spec.trainer.label)] + [
@@ -355,7 +423,7 @@ def check_columns(spec: PipelineSpec, provenance: Provenance, workdir: Path | No
             )
         columns, origin = schema_columns(schema_path), relative_to_project(schema_path)
     else:
-        found = csv_columns(Path(workdir or ".") / spec.data.input_dir) if workdir else None
+        found = input_columns(spec, Path(workdir) / spec.data.input_dir) if workdir else None
         if found is None:
             return  # Nothing to check against until the data exists; the data gate checks later.
         origin, columns = found

@@ -71,9 +71,9 @@ def test_unknown_key_names_the_file_and_the_key_path(tmp_path):
         load_spec(str(path))
     assert str(raised.value) == (
         f"{path}: trainer.batch_sise: unknown key (allowed here: batch_size, cache_dataset, "
-        "checkpoint_every_steps, devices, distribution, dropout, eval_steps, features, "
+        "checkpoint_every_steps, config, devices, distribution, dropout, eval_steps, features, "
         "gradient_clip_norm, hidden_units, jit_compile, label, learning_rate, mixed_precision, "
-        "scale_learning_rate, seed, task, train_steps, warm_start)."
+        "module, scale_learning_rate, seed, task, train_steps, warm_start)."
     )
 
 

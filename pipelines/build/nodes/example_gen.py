@@ -1,7 +1,14 @@
-"""csv_example_gen: TFX's CsvExampleGen, or the streaming Arrow reader, over the input CSVs.
+"""csv_example_gen: the ExampleGen for the spec's `data.format`, over its input files.
 
-Both check the input first, in the same words (components/csv_input/checks.py): TFX's through
-Conveyor's subclass of it (components/csv_example_gen), same outputs and properties.
+- `csv`: TFX's CsvExampleGen, or the streaming Arrow reader. Both check the input first, in the
+  same words (components/csv_input/checks.py): TFX's through Conveyor's subclass of it
+  (components/csv_example_gen), same outputs and properties.
+- `tfrecord`: TFX's ImportExampleGen (tf.Example records, gzipped or not).
+- `parquet`: Conveyor's Arrow Parquet reader (components/parquet_example_gen).
+- `bigquery`: TFX's BigQueryExampleGen over `data.query` (built for Kubeflow; a local run is
+  refused before building).
+Every file format reads the same span patterns through TFX's FileBasedDriver, and writes the
+same splits; the node id and its `examples` output are the same whatever the format.
 """
 
 from __future__ import annotations
@@ -10,7 +17,7 @@ from typing import Any
 
 from pipelines.build.context import BuildContext, code_version, use_arrow_reader
 from pipelines.spec.components import Orchestrator
-from pipelines.spec.models import PipelineSpec
+from pipelines.spec.models import DataFormat, PipelineSpec
 
 
 def required_columns(spec: PipelineSpec) -> dict[str, str]:
@@ -33,11 +40,12 @@ def required_columns(spec: PipelineSpec) -> dict[str, str]:
 
 
 def build(ctx: BuildContext, node_id: str) -> None:
-    """Adds the ExampleGen that reads the input CSVs into `data.splits`, and publishes its
+    """Adds the ExampleGen that reads the input into `data.splits`, and publishes its
     `examples`.
 
-    The reader is the streaming Arrow one or TFX's, as `data.reader` resolves for this input
-    (`use_arrow_reader`); the Arrow one also writes a columnar copy the later readers use. With
+    The ExampleGen is `data.format`'s (see the module's docstring); for CSV, the streaming Arrow
+    reader or TFX's, as `data.reader` resolves for this input (`use_arrow_reader`). The Arrow
+    readers (CSV and Parquet) also write a columnar copy the later readers use. With
     `data.span_pattern` it reads one span: this run's, or for Airflow the DAG run's night.
     """
     from tfx.proto import example_gen_pb2, range_config_pb2
@@ -66,7 +74,33 @@ def build(ctx: BuildContext, node_id: str) -> None:
                     start_span_number=span, end_span_number=span
                 )
             )
-    if use_arrow_reader(ctx.spec, ctx.paths.input_dir, ctx.span):
+    if data.format is DataFormat.BIGQUERY:
+        from tfx.extensions.google_cloud_big_query.example_gen.component import (
+            BigQueryExampleGen,
+        )
+
+        node = BigQueryExampleGen(query=data.query, output_config=output_config)
+        ctx.note(node_id, "TFX's BigQueryExampleGen over data.query")
+    elif data.format is DataFormat.TFRECORD:
+        from tfx.components import ImportExampleGen
+
+        node = ImportExampleGen(
+            input_base=str(ctx.paths.input_dir),
+            output_config=output_config,
+            **spanned,
+        )
+    elif data.format is DataFormat.PARQUET:
+        from components.parquet_example_gen.component import ParquetExampleGen
+
+        node = ParquetExampleGen(
+            input_base=str(ctx.paths.input_dir),
+            output_config=output_config,
+            required_columns=required_columns(ctx.spec),
+            code_version=code_version(),
+            **spanned,
+        )
+        ctx.columnar_examples = True
+    elif use_arrow_reader(ctx.spec, ctx.paths.input_dir, ctx.span):
         from components.arrow_example_gen.component import ArrowCsvExampleGen
 
         node = ArrowCsvExampleGen(

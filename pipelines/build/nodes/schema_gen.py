@@ -120,4 +120,9 @@ def build(ctx: BuildContext, node_id: str) -> None:
 def _infer(ctx: BuildContext, node_id: str):
     from tfx.components import SchemaGen
 
-    return SchemaGen(statistics=ctx.need("statistics", node_id), infer_feature_shape=False)
+    # TFX Transform modules expect TFX's convention: a column present in every row is a
+    # fixed-shape feature (dense tensors in preprocessing_fn); Conveyor's trainer reads either.
+    return SchemaGen(
+        statistics=ctx.need("statistics", node_id),
+        infer_feature_shape=ctx.spec.transform is not None,
+    )

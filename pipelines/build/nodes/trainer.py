@@ -1,39 +1,80 @@
-"""trainer: Conveyor's Keras trainer over the examples (or the span window)."""
+"""trainer: Conveyor's Keras trainer over the examples (or the span window), or TFX's Trainer
+running the team's own `run_fn` module (`trainer.module`)."""
 
 from __future__ import annotations
 
-from pipelines.build.context import BuildContext, code_version
+from pipelines.build.context import BuildContext, code_version, user_code
 
 TRAINER_RUN_FN = "components.trainer.run.run_fn"
 
 
-def build(ctx: BuildContext, node_id: str) -> None:
-    """Adds Conveyor's Trainer (`components.trainer.run.run_fn`) and publishes its `model`.
+def _user_code_label(found: dict[str, str]) -> str:
+    """`module@digest` entries, comma-separated: what lineage shows for the user code."""
+    return ",".join(f"{name}@{digest}" for name, digest in sorted(found.items()))
 
-    It trains on the span window when a resolver provides `training_examples`, else on the
-    examples; warm-starts from `warm_start_model` when `trainer.warm_start` is set; and runs
-    after every gate, so a blocked run never trains. `code_version` in its custom config makes
-    a change to the trainer code invalidate the cached model.
+
+def build(ctx: BuildContext, node_id: str) -> None:
+    """Adds the Trainer and publishes its `model`.
+
+    Without `trainer.module`, or with a `build_model` hook module, it is Conveyor's Trainer
+    (`components.trainer.run.run_fn`): it trains on the span window when a resolver provides
+    `training_examples`, else on the examples, and warm-starts from `warm_start_model` when
+    `trainer.warm_start` is set. With a `run_fn` module it is TFX's Trainer running that
+    `run_fn` with TFX's FnArgs (`trainer.config` as its custom_config; Transform's examples and
+    graph when a transform node runs). Either way it runs after every gate, so a blocked run
+    never trains, and the code version (Conveyor's components plus the user code's digest)
+    keys its cache, so an edit re-trains and an unchanged module stays a cache hit.
     """
     from tfx.proto import trainer_pb2
 
-    from components.trainer.component import Trainer
+    from pipelines.spec.user_code import Contract, trainer_contract
 
     trainer = ctx.spec.trainer
-    examples_role = "training_examples" if ctx.has("training_examples") else "examples"
-    node = Trainer(
-        examples=ctx.need(examples_role, node_id),
-        schema=ctx.need("schema", node_id),
-        statistics=ctx.need("statistics", node_id),
-        run_fn=TRAINER_RUN_FN,
-        train_args=trainer_pb2.TrainArgs(num_steps=trainer.train_steps),
-        eval_args=trainer_pb2.EvalArgs(num_steps=trainer.eval_steps),
-        custom_config={
-            "trainer": trainer.model_dump(mode="json"),
-            "code_version": code_version(),
-        },
-        base_model=ctx.need("warm_start_model", node_id) if trainer.warm_start else None,
-    ).with_id(node_id)
+    found = user_code(ctx.spec, "trainer")
+    version = code_version(found)
+    train_args = trainer_pb2.TrainArgs(num_steps=trainer.train_steps)
+    eval_args = trainer_pb2.EvalArgs(num_steps=trainer.eval_steps)
+    base_model = ctx.need("warm_start_model", node_id) if trainer.warm_start else None
+    if trainer.module is not None and trainer_contract(trainer.module) is Contract.TFX_RUN_FN:
+        from components.trainer.component import UserModuleTrainer
+
+        with_transform = ctx.has("transformed_examples")
+        if with_transform:
+            examples = ctx.need("transformed_examples", node_id)
+        elif ctx.has("training_examples"):
+            examples = ctx.need("training_examples", node_id)
+        else:
+            examples = ctx.need("examples", node_id)
+        node = UserModuleTrainer(
+            examples=examples,
+            schema=ctx.need("schema", node_id),
+            transform_graph=ctx.need("transform_graph", node_id) if with_transform else None,
+            run_fn=f"{trainer.module}.run_fn",
+            train_args=train_args,
+            eval_args=eval_args,
+            custom_config=dict(trainer.config),
+            code_version=version,
+            user_code=_user_code_label(found),
+            base_model=base_model,
+        ).with_id(node_id)
+    else:
+        from components.trainer.component import Trainer
+
+        examples_role = "training_examples" if ctx.has("training_examples") else "examples"
+        node = Trainer(
+            examples=ctx.need(examples_role, node_id),
+            schema=ctx.need("schema", node_id),
+            statistics=ctx.need("statistics", node_id),
+            run_fn=TRAINER_RUN_FN,
+            train_args=train_args,
+            eval_args=eval_args,
+            custom_config={
+                "trainer": trainer.model_dump(mode="json"),
+                "code_version": version,
+            },
+            base_model=base_model,
+            user_code=_user_code_label(found),
+        ).with_id(node_id)
     for gate in ctx.gates:  # a gate that fails stops the run before any training
         node.add_upstream_node(gate)
     ctx.add(node)

@@ -1,0 +1,1 @@
+"""ExampleGen over Parquet files: TFX's driver with Conveyor's Arrow executor."""

@@ -1,0 +1,53 @@
+"""Where a module named in a spec lives, found without importing it (a spec never runs code).
+
+Kept apart from `pipelines.paths` and the models on purpose: the spec models check trainer
+modules and custom components through this, so it imports nothing of Conveyor's.
+"""
+
+from __future__ import annotations
+
+import importlib.machinery
+import sys
+from pathlib import Path
+
+# The repository root (this file is pipelines/spec/sources.py); `pipelines.paths` re-exports it.
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+
+
+class SourceNotFound(ValueError):
+    """The module is not on the path, or it has no Python source file."""
+
+
+def search_path() -> list[str]:
+    """The project root first, then `sys.path`: `conveyor` may be started from anywhere, and
+    the project's own packages (and a team's, kept beside them) must be found as the run will
+    find them."""
+    root = str(PROJECT_ROOT)
+    return [root, *(p for p in sys.path if p and p != root)]
+
+
+def find_source(dotted: str) -> Path:
+    """The source file of module `dotted`, found without importing it or its packages.
+
+    Raises:
+      SourceNotFound: no such module on the path, or it has no Python source.
+    """
+    locations: list[str] | None = search_path()
+    parts = dotted.split(".")
+    spec = None
+    for depth in range(1, len(parts) + 1):
+        name = ".".join(parts[:depth])
+        spec = importlib.machinery.PathFinder.find_spec(name, list(locations or ()))
+        if spec is None:
+            where = "on the Python path" if depth == 1 else f"in package {parts[depth - 2]!r}"
+            raise SourceNotFound(f"no module {name!r} {where}")
+        if depth < len(parts):
+            locations = spec.submodule_search_locations
+            if locations is None:
+                raise SourceNotFound(f"{name!r} is a module, not a package")
+    origin = spec.origin if spec is not None else None
+    if not origin or not origin.endswith(".py"):
+        raise SourceNotFound(
+            f"module {dotted!r} has no Python source file (found {origin or 'a namespace'})"
+        )
+    return Path(origin)
