@@ -257,6 +257,8 @@ class PushLineage:
     schema_sha256: str | None
     code_version: str | None
     trainer_run_id: str
+    # The team's code the Trainer ran (`module@digest`, comma-separated), if any.
+    user_code: str | None = None
 
     def describe(self) -> str:
         """The lineage as aligned lines for `conveyor lineage`: the version, its run and push
@@ -274,6 +276,7 @@ class PushLineage:
                 *[f"  examples  {uri}" for uri in self.examples_uris],
                 f"  schema    {self.schema_uri} (sha256 {(self.schema_sha256 or '-')[:16]})",
                 f"  code      {self.code_version or '-'}",
+                *([f"  user code {self.user_code}"] if self.user_code else []),
             ]
         )
 
@@ -361,11 +364,14 @@ def pushed_lineage(store: metadata_store.MetadataStore, pipeline_name: str) -> l
             key=lambda a: _span(a) or 0,
         )
         schema = next((a for a in inputs if type_names.get(a.type_id) == "Schema"), None)
-        code_version = None
+        code_version = user_code = None
         if trainer is not None:
             raw = custom_property(trainer, "custom_config")
             if raw:
                 code_version = json.loads(raw).get("code_version")
+            # A TFX run_fn module's Trainer keeps them as execution properties of their own.
+            code_version = code_version or custom_property(trainer, "code_version") or None
+            user_code = custom_property(trainer, "user_code") or None
         lineage.append(
             PushLineage(
                 version=str(custom_property(push, "pushed_version")),
@@ -378,6 +384,7 @@ def pushed_lineage(store: metadata_store.MetadataStore, pipeline_name: str) -> l
                 schema_sha256=_file_sha256(schema.uri) if schema is not None else None,
                 code_version=code_version,
                 trainer_run_id=_run_of(store, trainer.id) if trainer else "",
+                user_code=user_code,
             )
         )
     return lineage
@@ -659,3 +666,141 @@ def _import_source(store: metadata_store.MetadataStore, schema) -> str:
     ):
         return imported
     return str(own)
+
+
+# --- many runs at once, for the pipeline's history page ---------------------------------------
+
+EVALUATION_TYPE = "ModelEvaluation"
+MODEL_TYPE = "Model"
+STATISTICS_TYPE = "ExampleStatistics"
+# components.evaluator.executor records the whole evaluation set's metrics on its output under
+# these prefixes; the Trainer records its last epoch's metrics as `conveyor_final_<name>`.
+METRIC_PREFIX = "conveyor_metric_"
+BASELINE_METRIC_PREFIX = "conveyor_baseline_metric_"
+TRAINING_METRIC_PREFIX = "conveyor_final_val_"
+_BATCH = 500  # ids per query: SQLite limits the parameters of one statement
+
+
+@dataclass
+class RunHistory:
+    """One run as the history page draws it, read from ML Metadata alone.
+
+    `metrics` are the candidate's metrics on the whole evaluation set (the Evaluator's, or
+    the Trainer's on its validation split, prefixed `val_`, for an evaluation that recorded
+    none); `failed_nodes` the nodes whose latest execution failed.
+    """
+
+    run_id: str
+    started_ms: int
+    state: str  # succeeded / failed / running
+    nodes: list[NodeRecord] = field(default_factory=list)
+    failed_nodes: list[str] = field(default_factory=list)
+    span: int | None = None
+    pushed_version: str | None = None
+    statistics_uri: str | None = None
+    gate_findings_uri: str | None = None
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+def _batched(ids: Sequence[int]):
+    ids = list(ids)
+    for start in range(0, len(ids), _BATCH):
+        yield ids[start : start + _BATCH]
+
+
+def _prefixed(custom: dict[str, object], prefix: str) -> dict[str, float]:
+    return {
+        key[len(prefix) :]: float(value)
+        for key, value in custom.items()
+        if key.startswith(prefix) and isinstance(value, (int, float))
+    }
+
+
+def run_history(
+    store: metadata_store.MetadataStore, pipeline_name: str, limit: int = 100
+) -> list[RunHistory]:
+    """The pipeline's latest `limit` runs, oldest first, each with its nodes, span, push,
+    statistics, data gate findings and evaluation metrics.
+
+    Read in a few batched queries (one per run and per node for the attributions, then all
+    events and all output artifacts at once), not run by run, so that a hundred nights read in
+    well under a second.
+    """
+    from ml_metadata import errors
+
+    try:
+        run_type = store.get_context_type(RUN_CONTEXT_TYPE)
+    except errors.NotFoundError:
+        return []
+    contexts = [
+        c
+        for c in store.get_contexts_by_type(run_type.name)
+        if c.name.startswith(pipeline_name + "-")
+    ]
+    contexts.sort(key=lambda c: (c.create_time_since_epoch, c.id))
+    contexts = contexts[-limit:] if limit else []
+    node_of: dict[int, str] = {}
+    prefix = pipeline_name + "."
+    for node_context in store.get_contexts_by_type(NODE_CONTEXT_TYPE):
+        if node_context.name.startswith(prefix):
+            for execution in store.get_executions_by_context(node_context.id):
+                node_of[execution.id] = node_context.name[len(prefix) :]
+    executions_of = {c.id: store.get_executions_by_context(c.id) for c in contexts}
+    execution_ids = [e.id for found in executions_of.values() for e in found]
+    outputs: dict[int, list[int]] = {}
+    for ids in _batched(execution_ids):
+        for event in store.get_events_by_execution_ids(ids):
+            if event.type in _OUTPUT_EVENTS:
+                outputs.setdefault(event.execution_id, []).append(event.artifact_id)
+    type_names = {t.id: t.name for t in store.get_artifact_types()}
+    artifacts: dict[int, ArtifactRecord] = {}
+    for ids in _batched(sorted({a for found in outputs.values() for a in found})):
+        for artifact in store.get_artifacts_by_id(ids):
+            artifacts[artifact.id] = _artifact_record(artifact, type_names)
+    return [
+        _history_of(context, executions_of[context.id], node_of, outputs, artifacts)
+        for context in contexts
+    ]
+
+
+def _history_of(context, executions, node_of, outputs, artifacts) -> RunHistory:
+    """One run's `RunHistory` from the executions and output artifacts read in bulk."""
+    run = RunHistory(context.name, context.create_time_since_epoch, "succeeded")
+    latest: dict[str, str] = {}
+    training_metrics: dict[str, float] = {}
+    running = False
+    for execution in sorted(executions, key=lambda e: e.id):
+        node_id = node_of.get(execution.id)
+        if node_id is None and "component_id" in execution.properties:
+            node_id = execution.properties["component_id"].string_value
+        node_id = node_id or f"execution {execution.id}"
+        state = STATE_NAMES.get(execution.last_known_state, "unknown")
+        latest[node_id] = state
+        running |= state in ("new", "running")
+        seconds = max(0, execution.last_update_time_since_epoch - execution.create_time_since_epoch)
+        run.nodes.append(NodeRecord(node_id, state, seconds / 1000))
+        if state not in ("executed", "cached"):
+            continue
+        for artifact_id in outputs.get(execution.id, []):
+            artifact = artifacts.get(artifact_id)
+            if artifact is None:
+                continue
+            custom = artifact.custom_properties
+            if artifact.type_name == EXAMPLES_TYPE and "span" in custom:
+                run.span = int(custom["span"])
+            elif artifact.type_name == STATISTICS_TYPE and run.statistics_uri is None:
+                run.statistics_uri = artifact.uri
+            elif artifact.type_name == GATE_FINDINGS_TYPE:
+                run.gate_findings_uri = artifact.uri
+            elif artifact.type_name == EVALUATION_TYPE:
+                run.metrics.update(_prefixed(custom, METRIC_PREFIX))
+            elif artifact.type_name == MODEL_TYPE:
+                training_metrics = {
+                    f"val_{k}": v for k, v in _prefixed(custom, TRAINING_METRIC_PREFIX).items()
+                }
+            elif state == "executed" and custom.get("pushed"):  # a cached push is an earlier one
+                run.pushed_version = str(custom.get("pushed_version"))
+    run.metrics = run.metrics or training_metrics
+    run.failed_nodes = [node for node, state in latest.items() if state == "failed"]
+    run.state = "failed" if run.failed_nodes else "running" if running else "succeeded"
+    return run

@@ -29,6 +29,9 @@ CONFIDENCE_LEVEL_KEY = "confidence_level"
 JUDGEMENT_FILE = "confidence_gate.json"
 # On the blessing: why the gate blessed a model TFMA did not (absent otherwise).
 GATE_PROPERTY = "conveyor_confidence_gate"
+# On the evaluation: the whole evaluation set's metrics (pipelines.metadata reads them back).
+METRIC_PREFIX = "conveyor_metric_"
+BASELINE_METRIC_PREFIX = "conveyor_baseline_metric_"
 
 
 class Executor(tfx_evaluator_executor.Executor):
@@ -36,9 +39,14 @@ class Executor(tfx_evaluator_executor.Executor):
     on the noise of the evaluation split no longer block the blessing."""
 
     def Do(self, input_dict, output_dict, exec_properties):  # noqa: N802 - TFX's name
-        """Runs TFX's Evaluator, then judges its change thresholds with the intervals."""
+        """Runs TFX's Evaluator, then judges its change thresholds with the intervals, and
+        records the overall metrics on the evaluation artifact."""
         super().Do(input_dict, output_dict, exec_properties)
         self.apply_confidence_gate(input_dict, output_dict, exec_properties)
+        try:
+            record_overall_metrics(output_dict)
+        except Exception as err:  # a record for pages, never a reason to fail the evaluation
+            logging.warning("overall metrics not recorded on the evaluation: %s", err)
 
     def apply_confidence_gate(self, input_dict, output_dict, exec_properties) -> dict | None:
         """After TFX's Evaluator: judges the change thresholds on TFMA's output with the
@@ -83,6 +91,32 @@ class Executor(tfx_evaluator_executor.Executor):
             )
         logging.info("Confidence gate: %s", record["decision"])
         return record
+
+
+def record_overall_metrics(output_dict) -> dict[str, float]:
+    """Copies the metrics of the whole evaluation set (TFMA's overall slice) onto the
+    ModelEvaluation artifact as float custom properties (`conveyor_metric_<name>`, and
+    `conveyor_baseline_metric_<name>` for the baseline), so that ML Metadata answers for them
+    without TFMA: the pipeline's history page reads them for every night. Returns them."""
+    import tensorflow_model_analysis as tfma
+
+    evaluation = artifact_utils.get_single_instance(
+        output_dict[standard_component_specs.EVALUATION_KEY]
+    )
+    recorded = {}
+    for per_slice in tfma.load_metrics(evaluation.uri):
+        if per_slice.HasField("cross_slice_key") or per_slice.slice_key.single_slice_keys:
+            continue
+        for item in per_slice.metric_keys_and_values:
+            key = item.key
+            if key.is_diff or not item.value.HasField("double_value"):
+                continue
+            prefix = BASELINE_METRIC_PREFIX if key.model_name == "baseline" else METRIC_PREFIX
+            name = prefix + key.name + (f"_{key.output_name}" if key.output_name else "")
+            recorded[name] = float(item.value.double_value.value)
+    for name, value in recorded.items():
+        evaluation.set_float_custom_property(name, value)
+    return recorded
 
 
 def bless(blessing, reason: str) -> None:

@@ -1,5 +1,5 @@
-"""What follows every run, whoever ran it: retention, the run report, the alert, the outcome
-record.
+"""What follows every run, whoever ran it: retention, the run report, the alert, the run's
+Prometheus metrics, the outcome record.
 
 Kept apart from the runner so that the runner only runs the pipeline: `conveyor run`, the
 process that supervises it (when the pipeline process is killed), and Airflow's final task all
@@ -19,10 +19,11 @@ from pathlib import Path
 from typing import Any
 
 from pipelines.metadata import node_context_type_id, node_id_of, open_store, run_context
-from pipelines.ops import alerts, fingerprint, report, serving_state
+from pipelines.ops import alerts, fingerprint, metrics, report, serving_state
 from pipelines.outcome import Outcome, RunResult
 from pipelines.paths import RunPaths
 from pipelines.run import local
+from pipelines.run.events import emit, structured
 from pipelines.run.plan import Run
 from pipelines.spec.loading import LoadedSpec
 from pipelines.spec.models import PipelineSpec
@@ -38,8 +39,9 @@ def finish(
     echo: Callable[[str], None] = print,
     alert_first: bool = False,
 ) -> None:
-    """Writes the run's report, sends its alert and records a final outcome; neither a report
-    nor an alert that fails can stop the record, nor change the run's outcome.
+    """Writes the run's report, sends its alert, exports its metrics (`runtime.metrics`) and
+    records a final outcome; no report, alert or metrics sink that fails can stop the record,
+    nor change the run's outcome.
 
     Args:
       planned: the run as planned (spec, paths, span).
@@ -64,6 +66,8 @@ def finish(
         _send_alert(planned, result, echo)
         if alert_first:
             _write_report(planned, result, echo)
+        _log_decisions(planned, result, echo)
+        _export_metrics(planned, result, echo)
     finally:
         # Recorded whatever the alert did: a night whose record is lost runs again and again.
         if Outcome(result.outcome).final:
@@ -74,9 +78,36 @@ def finish(
 
 def _write_report(planned: Run, result: RunResult, echo: Callable[[str], None]) -> None:
     try:
-        echo(f"report: {report.write_report(result, planned.paths)}")
+        written = report.write_report(result, planned.paths)
+        emit(echo, "report", f"report: {written}", run_id=result.run_id, path=str(written))
     except Exception as err:  # the report is a view of the run, never a reason to fail it
         echo(f"warning: no run report written: {type(err).__name__}: {err}")
+
+
+def _log_decisions(planned: Run, result: RunResult, echo: Callable[[str], None]) -> None:
+    """A JSON log's `gate` events (data gate, model, infra validation) and `push` event; a text
+    log has the report for them."""
+    if not structured(echo):
+        return
+    try:
+        decided = report.gate_decisions(result, planned.paths)
+    except Exception as err:  # a log line, never the run's outcome
+        echo(f"warning: gate decisions not logged: {type(err).__name__}: {err}")
+        return
+    gates = (("data_gate", decided.data_gate), ("model", decided.model))
+    for gate, badge in (*gates, ("infra_validation", decided.infra)):
+        if badge is not None:
+            emit(echo, "gate", run_id=result.run_id, gate=gate, decision=badge.text,
+                 note=badge.note)  # fmt: skip
+    emit(echo, "push", run_id=result.run_id, decision=decided.push.text,
+         pushed_version=result.pushed_version, note=decided.push.note)  # fmt: skip
+
+
+def _export_metrics(planned: Run, result: RunResult, echo: Callable[[str], None]) -> None:
+    try:
+        metrics.export_run_metrics(result, planned.paths, echo)
+    except Exception as err:  # metrics are news of the run, never its outcome
+        echo(f"warning: run metrics not exported: {type(err).__name__}: {err}")
 
 
 def _send_alert(planned: Run, result: RunResult, echo: Callable[[str], None]) -> None:

@@ -9,7 +9,11 @@ A run that stopped early shows what exists and says what does not.
 
 This module prepares the page's data as plain dataclasses; the markup is the jinja2 templates in
 `pipelines/ops/templates/` (autoescaped, so a message or a column name is text, never markup).
-The page has inline CSS, no scripts and no external URLs.
+The page has inline CSS, no scripts and no external URLs. Its charts (`pipelines.ops.charts`:
+distributions per feature, top values, metrics per slice, seconds per component) are inline SVG
+drawn with matplotlib, imported only when the first chart is drawn; a chart that cannot be drawn
+is left out, never a reason to lose the page. The page of a taxi-sized run (15 columns, two
+splits and a drift reference) stays under `SIZE_BUDGET_BYTES`.
 
 TensorFlow Model Analysis is imported only when the run has an evaluation to read; statistics and
 anomalies are read with the tensorflow_metadata protos alone.
@@ -28,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import jinja2
+import markupsafe
 
 from pipelines.metadata import (
     ArtifactRecord,
@@ -37,12 +42,18 @@ from pipelines.metadata import (
     read_run_artifacts,
     statistics_file,
 )
+from pipelines.ops.charts import ChartRenderer, Frequencies, Histogram
 from pipelines.outcome import Outcome, RunResult
 from pipelines.paths import REPORT_FILE, RunPaths, find_run_dirs, recent_run_dirs
 
 TOP_VALUES = 5
 TEMPLATES_DIR = Path(__file__).parent / "templates"
 TEMPLATE = "report.html.j2"
+# What a run's page may weigh: a taxi-sized run (15 columns, two splits, a drift reference, an
+# evaluation by slice) is about a tenth of it (tests/unit/test_report_charts.py measures it).
+SIZE_BUDGET_BYTES = 1_000_000
+TOP_VALUES_CHARTED = 8
+REFERENCE_LABEL = "reference"  # the drift reference's series in a distribution
 
 
 # --- what the templates draw ---------------------------------------------------------------------
@@ -88,11 +99,13 @@ class Summary:
 
 @dataclass
 class GateDecisions:
-    """The three decisions of a run: the data gate, the model gate (blessing), the push."""
+    """The decisions of a run: the data gate, the model gate (blessing), the infra validator
+    (None when the pipeline has none), the push."""
 
     data_gate: Badge
     model: Badge
     push: Badge
+    infra: Badge | None = None
 
 
 @dataclass
@@ -104,13 +117,32 @@ class SplitStatistics:
     table: Table | None = None
 
 
+@dataclass(frozen=True)
+class FeatureChart:
+    """One feature's distribution as inline SVG (already safe markup)."""
+
+    feature: str
+    svg: markupsafe.Markup
+
+
 @dataclass
 class Statistics:
-    """StatisticsGen's output, split by split."""
+    """StatisticsGen's output, split by split, and a chart per feature (the splits and the
+    drift reference overlaid; `reference` names that reference, None when there was none)."""
 
     uri: str | None  # None: StatisticsGen did not run
     cached: bool = False
     splits: list[SplitStatistics] = field(default_factory=list)
+    charts: list[FeatureChart] = field(default_factory=list)
+    reference: str | None = None
+
+
+@dataclass
+class Components:
+    """Each node's state and seconds, as a table and a chart (None when none was drawn)."""
+
+    table: Table
+    chart: markupsafe.Markup | None = None
 
 
 @dataclass
@@ -144,6 +176,7 @@ class Evaluation:
     missing_slices: list[str] = field(default_factory=list)
     rubber_stamp: bool = False
     table: Table | None = None
+    charts: list[markupsafe.Markup] = field(default_factory=list)  # a metric per slice each
 
 
 @dataclass
@@ -268,14 +301,42 @@ def _gate_decisions(result: RunResult, nodes: dict[str, NodeArtifacts]) -> GateD
             push = Badge(f"pushed version {pushed.get('pushed_version')}", "ok", " ".join(notes))
         else:
             push = Badge("not pushed", "warn", " ".join(notes))
-    return GateDecisions(data, model, push)
+    return GateDecisions(data, model, push, _infra_badge(nodes))
 
 
-def _components(result: RunResult) -> Table | None:
+def gate_decisions(result: RunResult, paths: RunPaths) -> GateDecisions:
+    """The run's decisions (data gate, model, infra validation, push) as the report shows
+    them, read from ML Metadata: what `--log-format json` logs as `gate` and `push` events."""
+    store = open_store(paths.spec, paths.metadata_path)
+    nodes = read_run_artifacts(store, result.run_id) if store is not None else {}
+    return _gate_decisions(result, nodes)
+
+
+def _infra_badge(nodes: dict[str, NodeArtifacts]) -> Badge | None:
+    """The infra validator's verdict and its reason (components/infra_validator)."""
+    node, infra = find_output(nodes, "InfraBlessing")
+    if infra is None:
+        return None
+    notes = [infra.get("conveyor_reason") or ""]
+    if node is not None and node.cached:
+        notes.append("(cached validation of an earlier run)")
+    if infra.get("blessed") == 1:
+        return Badge("blessed", "ok", " ".join(notes).strip())
+    return Badge("not blessed", "bad", " ".join(notes).strip())
+
+
+def _markup(svg: str | None) -> markupsafe.Markup | None:
+    """A chart's SVG as markup the templates put in as is: matplotlib escapes every text it
+    writes into it (a column name, a value), and the SVG has no script."""
+    return markupsafe.Markup(svg) if svg else None
+
+
+def _components(result: RunResult, charts: ChartRenderer) -> Components | None:
     if not result.nodes:
         return None
     rows = [(n.node_id, n.state, f"{n.seconds:.1f}") for n in result.nodes]
-    return _table(("node", "state", "seconds"), rows, numeric={2})
+    chart = charts.timings([(n.node_id, n.state, float(n.seconds)) for n in result.nodes])
+    return Components(_table(("node", "state", "seconds"), rows, numeric={2}), _markup(chart))
 
 
 def _feature_rows(dataset) -> list[tuple]:
@@ -338,27 +399,112 @@ _STATISTICS_HEADERS = (
 )
 
 
-def _statistics(nodes: dict[str, NodeArtifacts]) -> Statistics:
+def _read_statistics(uri: str, split: str):
+    """One split's first DatasetFeatureStatistics, or None when the split has no file."""
     from tensorflow_metadata.proto.v0 import statistics_pb2
 
+    path = statistics_file(uri, split)
+    if not path.is_file():
+        return None
+    stats = statistics_pb2.DatasetFeatureStatisticsList()
+    stats.ParseFromString(path.read_bytes())
+    return stats.datasets[0] if stats.datasets else None
+
+
+def _split_names(artifact: ArtifactRecord) -> list[str]:
+    return artifact.split_names() or sorted(
+        p.name[len("Split-") :] for p in Path(artifact.uri).glob("Split-*")
+    )
+
+
+def _statistics(nodes: dict[str, NodeArtifacts], charts: ChartRenderer) -> Statistics:
     node, artifact = find_output(nodes, "ExampleStatistics")
     if artifact is None:
         return Statistics(uri=None)
     section = Statistics(uri=artifact.uri, cached=node.cached)
-    splits = artifact.split_names() or sorted(
-        p.name[len("Split-") :] for p in Path(artifact.uri).glob("Split-*")
-    )
-    for split in splits:
-        path = statistics_file(artifact.uri, split)
-        if not path.is_file():
+    datasets = {}
+    for split in _split_names(artifact):
+        dataset = _read_statistics(artifact.uri, split)
+        if dataset is None:
             section.splits.append(SplitStatistics(split))
             continue
-        stats = statistics_pb2.DatasetFeatureStatisticsList()
-        stats.ParseFromString(path.read_bytes())
-        for dataset in stats.datasets:
-            table = _table(_STATISTICS_HEADERS, _feature_rows(dataset), numeric=range(2, 9))
-            section.splits.append(SplitStatistics(split, _num(int(dataset.num_examples)), table))
+        datasets[split] = dataset
+        table = _table(_STATISTICS_HEADERS, _feature_rows(dataset), numeric=range(2, 9))
+        section.splits.append(SplitStatistics(split, _num(int(dataset.num_examples)), table))
+    reference = _drift_reference(nodes, list(datasets))
+    if reference is not None:
+        section.reference = reference[0]
+    section.charts = _distribution_charts(datasets, reference, charts)
     return section
+
+
+def _drift_reference(nodes: dict[str, NodeArtifacts], splits: list[str]):
+    """(what it is, its statistics) of the split the data gate measured drift against: the
+    same split of the statistics the gate was given as `previous_statistics`; None when the
+    gate had none (a first run, no drift configured) or its file is gone."""
+    gate = next((n for n in nodes.values() if n.input("previous_statistics")), None)
+    if gate is None:
+        return None
+    artifact = gate.input("previous_statistics")
+    names = _split_names(artifact)
+    split = next((s for s in splits if s in names), names[0] if names else None)
+    dataset = _read_statistics(artifact.uri, split) if split else None
+    if dataset is None:
+        return None
+    return f"split {split} of statistics artifact {artifact.id}", dataset
+
+
+def _feature_stats(dataset) -> dict[str, Any]:
+    """Feature name -> its numeric or string statistics (other kinds are not charted)."""
+    found = {}
+    for feature in dataset.features:
+        kind = feature.WhichOneof("stats")
+        if kind in ("num_stats", "string_stats"):
+            found[".".join(feature.path.step) or feature.name] = getattr(feature, kind)
+    return found
+
+
+def _histogram(label: str, stats, reference: bool = False) -> Histogram | None:
+    """TFDV's equal-width histogram of a numeric feature (its STANDARD one), or None."""
+    from tensorflow_metadata.proto.v0 import statistics_pb2
+
+    standard = statistics_pb2.Histogram.HistogramType.STANDARD
+    for histogram in stats.histograms:
+        if histogram.type == standard and histogram.buckets:
+            buckets = histogram.buckets
+            edges = [b.low_value for b in buckets] + [buckets[-1].high_value]
+            return Histogram(label, edges, [b.sample_count for b in buckets], reference)
+    return None
+
+
+def _frequencies(label: str, stats, reference: bool = False) -> Frequencies:
+    """A string feature's top values as shares of its values (TFDV counts each value)."""
+    total = stats.common_stats.tot_num_values or sum(v.frequency for v in stats.top_values)
+    shares = {v.value: v.frequency / total for v in stats.top_values[:TOP_VALUES_CHARTED] if total}
+    return Frequencies(label, shares, reference)
+
+
+def _distribution_charts(datasets: dict, reference, charts: ChartRenderer) -> list[FeatureChart]:
+    """One chart per feature: a numeric feature's histograms, a string feature's top values,
+    each split overlaid with the drift reference; a feature without one draws nothing."""
+    by_split = {split: _feature_stats(dataset) for split, dataset in datasets.items()}
+    reference_stats = _feature_stats(reference[1]) if reference is not None else {}
+    features = sorted({name for stats in by_split.values() for name in stats})
+    drawn = []
+    for feature in features:
+        found = [(split, stats[feature]) for split, stats in by_split.items() if feature in stats]
+        if feature in reference_stats:
+            found.append((REFERENCE_LABEL, reference_stats[feature]))
+        numeric = [(label, s) for label, s in found if hasattr(s, "histograms")]
+        if numeric:
+            series = [_histogram(label, s, label == REFERENCE_LABEL) for label, s in numeric]
+            svg = charts.distribution(feature, [s for s in series if s is not None])
+        else:
+            series = [_frequencies(label, s, label == REFERENCE_LABEL) for label, s in found]
+            svg = charts.top_values(feature, series, TOP_VALUES_CHARTED)
+        if svg:
+            drawn.append(FeatureChart(feature, markupsafe.Markup(svg)))
+    return drawn
 
 
 _GATE_TITLES = {"anomalies": "Anomalies", "drift": "Drift", "skew": "Training/serving skew"}
@@ -473,6 +619,16 @@ def _threshold_text(spec, metric_name: str) -> tuple[str, str]:
     return metric_name, ""
 
 
+def _declared_metric(spec, metric_name: str):
+    """The spec's `evaluation.metrics` entry of a TFMA metric name (`name [output]` too), or
+    None for a metric the spec does not name (example_count, say)."""
+    base = metric_name.split(" [", 1)[0]
+    for metric in spec.evaluation.metrics:
+        if base in (_snake(metric.name), metric.name):
+            return metric
+    return None
+
+
 def _load_evaluation(uri: str):
     """(metrics per slice, validation result) from an Evaluator output, quietly."""
     tf_logger = logging.getLogger("tensorflow")
@@ -536,7 +692,9 @@ def _evaluation_notes(node: NodeArtifacts | None) -> list[str]:
     return notes
 
 
-def _evaluation(nodes: dict[str, NodeArtifacts], result: RunResult, spec) -> Evaluation:
+def _evaluation(
+    nodes: dict[str, NodeArtifacts], result: RunResult, spec, charts: ChartRenderer
+) -> Evaluation:
     node, artifact = find_output(nodes, "ModelEvaluation")
     if artifact is None:
         why = _NO_EVALUATION.get(
@@ -572,6 +730,7 @@ def _evaluation(nodes: dict[str, NodeArtifacts], result: RunResult, spec) -> Eva
         return (name != "all examples", name)
 
     rows = []
+    by_metric: dict[str, list[tuple[str, float | None, float | None]]] = {}
     for metrics in sorted(per_slice, key=sort_key):
         values: dict[str, dict[str, float]] = {}
         for item in metrics.metric_keys_and_values:
@@ -584,6 +743,9 @@ def _evaluation(nodes: dict[str, NodeArtifacts], result: RunResult, spec) -> Eva
         slice_name = _slice_name(metrics.slice_key)
         for name in sorted(values):
             got = values[name]
+            by_metric.setdefault(name, []).append(
+                (slice_name, got.get("candidate"), got.get("baseline"))
+            )
             class_name, threshold = _threshold_text(spec, name)
             failed = [m for (s, n, _), m in failures.items() if s == slice_name and n == name]
             if failed:
@@ -606,6 +768,14 @@ def _evaluation(nodes: dict[str, NodeArtifacts], result: RunResult, spec) -> Eva
     headers = ("slice", "metric", "candidate", "baseline", "difference", "threshold", "result")
     if rows:
         section.table = _table(headers, rows, numeric={2, 3, 4})
+    for name, slices in by_metric.items():  # the metrics the spec names, thresholds drawn
+        declared = _declared_metric(spec, name)
+        if declared is not None:
+            svg = charts.slice_metric(
+                f"{declared.name} by slice", slices, declared.lower_bound, declared.upper_bound
+            )
+            if svg:
+                section.charts.append(markupsafe.Markup(svg))
     return section
 
 
@@ -632,12 +802,13 @@ def _section(name: str, prepare) -> Section:
 def report_page(result: RunResult, paths: RunPaths, nodes: dict[str, NodeArtifacts]) -> ReportPage:
     """The report's data for a run, from its `RunResult` and its nodes in ML Metadata
     (`pipelines.metadata.read_run_artifacts`); what the templates draw."""
+    charts = ChartRenderer("chart")
     sections = [
         _section("gate_decisions", lambda: _gate_decisions(result, nodes)),
-        _section("components", lambda: _components(result)),
-        _section("statistics", lambda: _statistics(nodes)),
+        _section("components", lambda: _components(result, charts)),
+        _section("statistics", lambda: _statistics(nodes, charts)),
         _section("data_gate", lambda: _data_gate(result, nodes)),
-        _section("evaluation", lambda: _evaluation(nodes, result, paths.spec)),
+        _section("evaluation", lambda: _evaluation(nodes, result, paths.spec, charts)),
         _section("push", lambda: _push(nodes)),
     ]
     generated = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")

@@ -83,7 +83,10 @@ def supervise(
     try:
         pid = os.fork()
         if pid == 0:  # the child: never returns into the caller's frames (and their locks)
-            _child_main(planned, inputs_fingerprint, work, run_id, reader, writer, parent, mask)
+            json_log = bool(getattr(echo, "structured", False))  # pipelines.run.events
+            _child_main(
+                planned, inputs_fingerprint, work, run_id, reader, writer, parent, mask, json_log
+            )
         writer.close()
         received: list[int] = []
 
@@ -121,7 +124,9 @@ def supervise(
     return _finish_killed(planned, run_id, inputs_fingerprint, exit_code, received, echo)
 
 
-def _child_main(planned, inputs_fingerprint, work, run_id, reader, writer, parent, mask) -> None:
+def _child_main(
+    planned, inputs_fingerprint, work, run_id, reader, writer, parent, mask, structured=False
+) -> None:
     code = 1
     try:
         reader.close()
@@ -129,7 +134,7 @@ def _child_main(planned, inputs_fingerprint, work, run_id, reader, writer, paren
             signal.signal(sig, signal.SIG_DFL)
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         _die_with(parent)
-        code = _child(planned, inputs_fingerprint, work, run_id, writer)
+        code = _child(planned, inputs_fingerprint, work, run_id, writer, structured)
     finally:
         for stream in (sys.stdout, sys.stderr):
             try:
@@ -152,16 +157,21 @@ def _die_with(parent: int) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
-def _child(planned: Run, inputs_fingerprint: dict, work: Work, run_id: str, writer) -> int:
+def _child(
+    planned: Run, inputs_fingerprint: dict, work: Work, run_id: str, writer, structured=False
+) -> int:
     listening = True
 
     def echo(line: str) -> None:
         nonlocal listening
         if listening:
             try:
-                writer.send(("echo", str(line)))
+                # An Event (pipelines.run.events) is a str that pickles with its fields.
+                writer.send(("echo", line if isinstance(line, str) else str(line)))
             except OSError:  # the parent is gone (and this process with it, on Linux)
                 listening = False
+
+    echo.structured = structured  # the parent's echo logs JSON: send the events without text
 
     try:
         result = work(planned, inputs_fingerprint, echo, run_id)

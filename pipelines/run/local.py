@@ -34,6 +34,7 @@ from pipelines.metadata import (
 )
 from pipelines.outcome import Outcome, RunResult
 from pipelines.paths import RESOLVED_SPEC, RUN_LOG, RUN_SUMMARY, RunPaths
+from pipelines.run.events import emit
 from pipelines.run.plan import Run
 from pipelines.spec.models import PipelineSpec
 
@@ -59,6 +60,7 @@ class _ProgressHandler(logging.Handler):
         if template == "Component %s is running.":
             # Stays "resolved" for nodes that only resolve inputs (the baseline resolver).
             self._node, self._started, self._state = str(args[0]), time.perf_counter(), "resolved"
+            emit(self._echo, "component_started", node=self._node)
         elif template.startswith("A cached execution"):
             self._state = "cached"
         elif template.startswith("Going to run a new execution"):
@@ -66,14 +68,19 @@ class _ProgressHandler(logging.Handler):
         elif template == "Component %s is finished." and self._node:
             seconds = time.perf_counter() - self._started
             self.timings[self._node] = (self._state, seconds)
-            self._echo(f"  {self._node:<22} {self._state:<9} {seconds:6.1f}s")
+            event = "component_cached" if self._state == "cached" else "component_finished"
+            self._emit(event, self._state, seconds)
             self._node = None
+
+    def _emit(self, event: str, state: str, seconds: float) -> None:
+        text = f"  {self._node:<22} {state:<9} {seconds:6.1f}s"
+        emit(self._echo, event, text, node=self._node, state=state, seconds=round(seconds, 2))
 
     def interrupted(self) -> None:
         if self._node:
             seconds = time.perf_counter() - self._started
             self.timings[self._node] = ("failed", seconds)
-            self._echo(f"  {self._node:<22} {'failed':<9} {seconds:6.1f}s")
+            self._emit("component_failed", "failed", seconds)
 
 
 def run_secrets(spec: PipelineSpec) -> tuple[str, ...]:
@@ -298,9 +305,16 @@ def execute(
     spec = loaded.spec
     run_id = run_id or new_run_id(spec.name)
     run_dir = open_run_dir(planned, run_id)
-    echo(
+    emit(
+        echo,
+        "run_started",
         f"run {run_id}  (profile {loaded.env}, workdir {paths.workdir}"
-        + (f", night {spans.describe(spec, span)})" if span is not None else ")")
+        + (f", night {spans.describe(spec, span)})" if span is not None else ")"),
+        pipeline=spec.name,
+        run_id=run_id,
+        profile=loaded.env,
+        workdir=str(paths.workdir),
+        span=span,
     )
 
     _quiet_libraries()
@@ -336,7 +350,14 @@ def execute(
             progress.interrupted()
             failure = err
     pipeline_seconds = time.perf_counter() - started
-    echo(f"  {'pipeline':<22} {'total':<9} {pipeline_seconds:6.1f}s")
+    emit(
+        echo,
+        "pipeline_finished",
+        f"  {'pipeline':<22} {'total':<9} {pipeline_seconds:6.1f}s",
+        run_id=run_id,
+        seconds=round(pipeline_seconds, 2),
+        failed=failure is not None,
+    )
 
     result = summarise(spec.name, run_id, paths, failure, progress.timings)
     # A failure's text goes to the summary, the report and the alert: no secret in it either.

@@ -225,6 +225,28 @@ def _gate(tmp_path, values: dict, blessed_by_tfma: bool):
     return record, blessing
 
 
+def test_the_overall_metrics_are_recorded_on_the_evaluation(tmp_path):
+    """What the history page reads from ML Metadata: TFMA's overall metrics on the artifact,
+    the candidate's and the baseline's apart; and every Evaluator runs this executor."""
+    from tfx.types import standard_artifacts
+
+    from components.evaluator.executor import Executor, record_overall_metrics
+    from pipelines.build.builder import build_pipeline
+
+    evaluation = standard_artifacts.ModelEvaluation()
+    evaluation.uri = str(tmp_path / "evaluation")
+    spec = load_spec("taxi", overrides=[CONFIDENCE]).spec
+    _write_evaluation(evaluation.uri, spec, _night(0.01, 0.002, accuracy=0.87, auc=0.91))
+    recorded = record_overall_metrics({"evaluation": [evaluation]})
+    assert recorded["conveyor_metric_binary_accuracy"] == pytest.approx(0.87)
+    assert recorded["conveyor_metric_auc"] == pytest.approx(0.91)
+    assert not any("diff" in name for name in recorded)
+    assert evaluation.get_float_custom_property("conveyor_metric_auc") == pytest.approx(0.91)
+    pipeline = build_pipeline(load_spec("taxi").spec, tmp_path)
+    plain = next(node for node in pipeline.components if node.id == "evaluator")
+    assert plain.executor_spec.executor_class is Executor
+
+
 def _night(diff, standard_error, accuracy=0.85, auc=0.9):
     return {
         "binary_accuracy": _t(accuracy, 0.003),

@@ -11,8 +11,6 @@ def eval_config(spec: PipelineSpec):
     `evaluation.confidence`, TFMA also computes confidence intervals by the chosen method."""
     import tensorflow_model_analysis as tfma
 
-    from components.trainer.model import LABEL_SUFFIX, PREDICTION_KEY
-
     metrics = []
     for metric in spec.evaluation.metrics:
         threshold = tfma.MetricThreshold()
@@ -60,17 +58,35 @@ def eval_config(spec: PipelineSpec):
             ),
         )
     return tfma.EvalConfig(
-        model_specs=[
-            tfma.ModelSpec(
-                signature_name="serving_examples",
-                label_key=spec.trainer.label + LABEL_SUFFIX,
-                prediction_key=PREDICTION_KEY[spec.trainer.task.value],
-                preprocessing_function_names=["transform_features"],
-            )
-        ],
+        model_specs=[_model_spec(spec)],
         slicing_specs=[tfma.SlicingSpec(feature_keys=list(s)) for s in spec.evaluation.slices],
         metrics_specs=[tfma.MetricsSpec(metrics=metrics)],
         options=options,
+    )
+
+
+def _model_spec(spec: PipelineSpec):
+    """How TFMA calls the model. Conveyor's trainer exports `serving_examples` and a label
+    encoder; a TFX `run_fn` module follows TFX's convention instead: `serving_default` takes
+    serialized tf.Examples, the label is the raw column, and with Transform the module exports
+    `transform_features` (TFMA evaluates raw examples through it)."""
+    import tensorflow_model_analysis as tfma
+
+    from components.trainer.model import LABEL_SUFFIX, PREDICTION_KEY
+    from pipelines.spec.user_code import Contract, trainer_contract
+
+    module = spec.trainer.module
+    if module is not None and trainer_contract(module) is Contract.TFX_RUN_FN:
+        return tfma.ModelSpec(
+            signature_name="serving_default",
+            label_key=spec.trainer.label,
+            preprocessing_function_names=["transform_features"] if spec.transform else [],
+        )
+    return tfma.ModelSpec(
+        signature_name="serving_examples",
+        label_key=spec.trainer.label + LABEL_SUFFIX,
+        prediction_key=PREDICTION_KEY[spec.trainer.task.value],
+        preprocessing_function_names=["transform_features"],
     )
 
 
@@ -88,8 +104,14 @@ def build(ctx: BuildContext, node_id: str) -> None:
     confidence = ctx.spec.evaluation.confidence
     if confidence is None:
         from tfx.components import Evaluator
+        from tfx.dsl.components.base import executor_spec
+
+        from components.evaluator.executor import Executor
 
         node = Evaluator(**inputs).with_id(node_id)
+        # Conveyor's executor: TFX's, then the overall metrics recorded on the evaluation for
+        # the history page (with no confidence level it judges nothing).
+        node.executor_spec = executor_spec.BeamExecutorSpec(Executor)
     else:
         from components.evaluator.component import Evaluator
 

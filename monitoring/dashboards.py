@@ -1,0 +1,374 @@
+"""Conveyor's Grafana dashboards, generated from code with grafanalib (`make monitoring`).
+
+Two dashboards, written as JSON into `monitoring/dashboards/` for Grafana's file provisioning
+(monitoring/docker-compose.yml, monitoring/kubernetes/):
+
+- `conveyor-pipelines.json`, pipeline health: each pipeline's last outcome, hours since its
+  last push, the pushed version, run and component durations, rows per split, anomalies, drift
+  and skew per column, and the candidate's and baseline's evaluation metrics against the floor;
+- `conveyor-serving.json`, the model server: requests by status, the server-error ratio, p50
+  and p99 latency against the budget, loaded versions, model load times and failures.
+
+Every query reads metrics Conveyor exports (pipelines/ops/metrics.py for runs,
+pipelines/serving/runtime/metrics.py for serving); tests/unit/test_monitoring_dashboards.py
+checks that, and that the committed JSON is what this module generates.
+
+    .venv/bin/python monitoring/dashboards.py            # rewrite monitoring/dashboards/
+    .venv/bin/python monitoring/dashboards.py --check    # exit 1 when a file is stale
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from grafanalib import core
+from grafanalib._gen import DashboardEncoder
+
+OUTPUT_DIR = Path(__file__).parent / "dashboards"
+DATASOURCE = "${datasource}"  # chosen on the dashboard (templating), Prometheus by default
+ERROR_RATIO_BUDGET = 0.01  # as monitoring/rules/conveyor.rules.yml
+LATENCY_BUDGET_SECONDS = 0.25  # push.latency_budget_ms's default, as the rules
+INFERENCE = 'method=~"predict|classify|regress"'
+WIDTH = 24  # Grafana's grid is 24 columns wide
+
+
+def _target(expr: str, legend: str = "", ref: str = "A") -> core.Target:
+    return core.Target(expr=expr, legendFormat=legend, refId=ref, datasource=DATASOURCE)
+
+
+def _series(title: str, targets: list[core.Target], unit: str = "", **extra) -> core.TimeSeries:
+    return core.TimeSeries(title=title, dataSource=DATASOURCE, targets=targets, unit=unit, **extra)
+
+
+def _stat(title: str, targets: list[core.Target], unit: str = "none", **extra) -> core.Stat:
+    return core.Stat(
+        title=title,
+        dataSource=DATASOURCE,
+        targets=targets,
+        format=unit,
+        reduceCalc="lastNotNull",
+        graphMode="none",
+        **extra,
+    )
+
+
+def _threshold(value: float) -> list[dict]:
+    """Threshold steps: green below `value`, red from it."""
+    return [{"color": "green", "value": None}, {"color": "red", "value": value}]
+
+
+def _laid_out(panels: list, height: int = 8, per_row: int = 2) -> list:
+    """`panels` in rows of `per_row`, each `height` grid units high."""
+    width = WIDTH // per_row
+    for index, panel in enumerate(panels):
+        panel.gridPos = core.GridPos(
+            h=height, w=width, x=(index % per_row) * width, y=(index // per_row) * height
+        )
+    return panels
+
+
+def _templating(variable_metric: str, variable: str) -> core.Templating:
+    return core.Templating(
+        list=[
+            core.Template(
+                name="datasource",
+                label="Data source",
+                type="datasource",
+                query="prometheus",
+                default="Prometheus",
+            ),
+            core.Template(
+                name=variable,
+                label=variable.capitalize(),
+                dataSource=DATASOURCE,
+                query=f"label_values({variable_metric}, {variable})",
+                includeAll=True,
+                multi=True,
+                default="$__all",
+            ),
+        ]
+    )
+
+
+def pipeline_dashboard() -> core.Dashboard:
+    """Pipeline health: what each night did and what it saw."""
+    p = 'pipeline=~"$pipeline"'
+    panels = [
+        _stat(
+            "Last run blocked or failed",
+            [
+                _target(
+                    f'sum by (pipeline) (conveyor_run_outcome{{{p}, outcome=~"blocked|failed"}})',
+                    "{{pipeline}}",
+                )
+            ],
+            thresholds=_threshold(1),
+            colorMode="background",
+        ),
+        _stat(
+            "Hours since the last push",
+            [
+                _target(
+                    "(time() - max by (pipeline) "
+                    f"(conveyor_model_last_push_timestamp_seconds{{{p}}})) / 3600",
+                    "{{pipeline}}",
+                )
+            ],
+            thresholds=_threshold(36),
+            colorMode="background",
+        ),
+        _series(
+            "Outcome of each run",
+            [
+                _target(
+                    f"max by (pipeline, outcome) (conveyor_run_outcome{{{p}}}) == 1",
+                    "{{pipeline}} {{outcome}}",
+                )
+            ],
+            drawStyle="points",
+            pointSize=8,
+        ),
+        _series(
+            "Pushed version",
+            [_target(f"max by (pipeline) (conveyor_model_pushed_version{{{p}}})", "{{pipeline}}")],
+            lineInterpolation="stepAfter",
+        ),
+        _series(
+            "Run duration",
+            [_target(f"conveyor_run_duration_seconds{{{p}}}", "{{pipeline}}")],
+            unit="s",
+        ),
+        _series(
+            "Component durations",
+            [_target(f"conveyor_component_duration_seconds{{{p}}}", "{{pipeline}} {{component}}")],
+            unit="s",
+            stacking={"mode": "normal", "group": "A"},
+        ),
+        _series(
+            "Rows per split",
+            [_target(f"conveyor_data_rows{{{p}}}", "{{pipeline}} {{split}}")],
+            unit="short",
+        ),
+        _series(
+            "Columns with anomalies, per split",
+            [_target(f"conveyor_data_anomalies{{{p}}}", "{{pipeline}} {{split}}")],
+            unit="short",
+        ),
+        _series(
+            "Drift distance per column (dashed: threshold)",
+            [
+                _target(f"conveyor_data_drift_distance{{{p}}}", "{{pipeline}} {{column}}"),
+                _target(
+                    f"conveyor_data_drift_threshold{{{p}}}",
+                    "threshold {{pipeline}} {{column}}",
+                    "B",
+                ),
+            ],
+            overrides=[_dashed("threshold")],
+        ),
+        _series(
+            "Training/serving skew per column (dashed: threshold)",
+            [
+                _target(f"conveyor_data_skew_distance{{{p}}}", "{{pipeline}} {{column}}"),
+                _target(
+                    f"conveyor_data_skew_threshold{{{p}}}", "threshold {{pipeline}} {{column}}", "B"
+                ),
+            ],
+            overrides=[_dashed("threshold")],
+        ),
+        _series(
+            "Evaluation, all examples: candidate, baseline and floor (dashed)",
+            [
+                _target(
+                    f'conveyor_evaluation_metric{{{p}, slice="overall"}}',
+                    "{{pipeline}} {{metric}} {{model}}",
+                ),
+                _target(
+                    f"conveyor_evaluation_lower_bound{{{p}}}", "floor {{pipeline}} {{metric}}", "B"
+                ),
+            ],
+            overrides=[_dashed("floor")],
+        ),
+        _series(
+            "Evaluation of the candidate per slice",
+            [
+                _target(
+                    f'conveyor_evaluation_metric{{{p}, model="candidate", slice!="overall"}}',
+                    "{{pipeline}} {{metric}} {{slice}}",
+                )
+            ],
+        ),
+        _series(
+            "Model gate and infra validation (1: blessed)",
+            [
+                _target(f"conveyor_model_blessed{{{p}}}", "{{pipeline}} model"),
+                _target(f"conveyor_infra_validation_blessed{{{p}}}", "{{pipeline}} infra", "B"),
+            ],
+            drawStyle="points",
+            pointSize=8,
+        ),
+        _series(
+            "Cache hits per run",
+            [_target(f"sum by (pipeline) (conveyor_component_cached{{{p}}})", "{{pipeline}}")],
+            unit="short",
+        ),
+    ]
+    return core.Dashboard(
+        title="Conveyor: pipelines",
+        uid="conveyor-pipelines",
+        description="Each pipeline's nights: outcome, pushes, data and evaluation (Conveyor).",
+        tags=["conveyor"],
+        timezone="utc",
+        refresh="1m",
+        time=core.Time("now-30d", "now"),
+        templating=_templating("conveyor_run_outcome", "pipeline"),
+        panels=_laid_out(panels),
+    ).auto_panel_ids()
+
+
+def serving_dashboard() -> core.Dashboard:
+    """The model server: traffic, errors, latency and model loading."""
+    m = 'model=~"$model"'
+    panels = [
+        _series(
+            "Requests per second by status",
+            [
+                _target(
+                    f"sum by (model, status) (rate(conveyor_serving_requests_total{{{m}}}[5m]))",
+                    "{{model}} {{status}}",
+                )
+            ],
+            unit="reqps",
+        ),
+        _series(
+            f"Server-error ratio (budget {ERROR_RATIO_BUDGET:.0%})",
+            [
+                _target(
+                    "sum by (model) "
+                    f'(rate(conveyor_serving_requests_total{{{m}, status=~"5.."}}[5m]))'
+                    f" / sum by (model) (rate(conveyor_serving_requests_total{{{m}}}[5m]))",
+                    "{{model}}",
+                )
+            ],
+            unit="percentunit",
+            thresholds=_threshold(ERROR_RATIO_BUDGET),
+            thresholdsStyleMode="line",
+        ),
+        _series(
+            f"Inference latency p50 and p99 (budget {LATENCY_BUDGET_SECONDS * 1000:.0f} ms)",
+            [
+                _target(
+                    f"histogram_quantile({q}, sum by (model, le) (rate("
+                    f"conveyor_serving_request_latency_seconds_bucket{{{m}, {INFERENCE}}}[5m])))",
+                    f"{{{{model}}}} p{round(q * 100)}",
+                    ref,
+                )
+                for q, ref in ((0.5, "A"), (0.99, "B"))
+            ],
+            unit="s",
+            thresholds=_threshold(LATENCY_BUDGET_SECONDS),
+            thresholdsStyleMode="line",
+        ),
+        _series(
+            "Requests per second by version and method",
+            [
+                _target(
+                    "sum by (model, version, method) "
+                    f"(rate(conveyor_serving_requests_total{{{m}}}[5m]))",
+                    "{{model}} v{{version}} {{method}}",
+                )
+            ],
+            unit="reqps",
+        ),
+        _series(
+            "Loaded versions",
+            [_target(f"conveyor_serving_loaded_versions{{{m}}}", "{{model}}")],
+            unit="short",
+        ),
+        _series(
+            "Model load time p99 and load failures",
+            [
+                _target(
+                    "histogram_quantile(0.99, sum by (model, le) "
+                    f"(rate(conveyor_serving_model_load_seconds_bucket{{{m}}}[1h])))",
+                    "{{model}} load p99",
+                ),
+                _target(
+                    f"increase(conveyor_serving_model_load_failures_total{{{m}}}[1h])",
+                    "{{model}} failures",
+                    "B",
+                ),
+            ],
+            unit="s",
+        ),
+    ]
+    return core.Dashboard(
+        title="Conveyor: serving",
+        uid="conveyor-serving",
+        description="The Conveyor model server's traffic, errors, latency and model loading.",
+        tags=["conveyor"],
+        timezone="utc",
+        refresh="30s",
+        time=core.Time("now-6h", "now"),
+        templating=_templating("conveyor_serving_requests_total", "model"),
+        panels=_laid_out(panels),
+    ).auto_panel_ids()
+
+
+def _dashed(prefix: str) -> dict:
+    """A field override drawing the series whose name starts with `prefix` dashed."""
+    return {
+        "matcher": {"id": "byRegexp", "options": f"^{prefix} .*"},
+        "properties": [
+            {"id": "custom.lineStyle", "value": {"fill": "dash", "dash": [10, 10]}},
+        ],
+    }
+
+
+DASHBOARDS = {
+    "conveyor-pipelines.json": pipeline_dashboard,
+    "conveyor-serving.json": serving_dashboard,
+}
+
+
+def render(dashboard: core.Dashboard) -> str:
+    """A dashboard as the JSON Grafana's provisioning reads (stable: sorted keys)."""
+    data = dashboard.to_json_data()
+    return json.dumps(data, cls=DashboardEncoder, indent=2, sort_keys=True) + "\n"
+
+
+def queries(rendered: dict) -> list[str]:
+    """Every PromQL query of a rendered dashboard: its panels' targets and its variables."""
+    found = [t["expr"] for panel in rendered.get("panels", []) for t in panel.get("targets", [])]
+    found += [v["query"] for v in rendered["templating"]["list"] if v.get("type") == "query"]
+    return found
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Writes the dashboards; with --check, only says which committed file is stale."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--check", action="store_true", help="compare, do not write")
+    parser.add_argument("--output-dir", type=Path, default=OUTPUT_DIR)
+    args = parser.parse_args(argv)
+    stale = []
+    for name, build in DASHBOARDS.items():
+        target = args.output_dir / name
+        text = render(build())
+        if args.check:
+            if not target.is_file() or target.read_text() != text:
+                stale.append(str(target))
+            continue
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text)
+        print(target)
+    if stale:
+        print(f"stale, run `make monitoring`: {', '.join(stale)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

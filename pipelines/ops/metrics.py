@@ -1,0 +1,387 @@
+"""Prometheus metrics of each finished run, for the dashboards and alert rules in `monitoring/`.
+
+`finish` (pipelines/ops/finish.py) calls `export_run_metrics` for every run, whoever ran it.
+The metrics are gathered into a registry of their own per run, with the official client
+(`prometheus_client`), from the run's `RunResult` and what ML Metadata holds for it (read with
+`pipelines.metadata`, as the run report reads it), then go to the sinks `runtime.metrics` names:
+
+- a node-exporter textfile: `<textfile_dir>/<pipeline>.prom`, replaced atomically (written
+  to a temporary file beside it, then renamed), so the collector never reads half a file;
+- a Pushgateway, whose URL is in the environment variable `pushgateway_url_env` names (a URL
+  can carry credentials: it is never logged). The run's metrics replace the group
+  `{job=<job>, pipeline=<pipeline>}`, so a column that drifted last night and is gone tonight
+  leaves no stale series behind.
+
+Every metric is a gauge of the run's state: a run is one event, and the sinks keep the last
+run's values until the next run replaces them (a counter would need state across runs that a
+Pushgateway group or a textfile does not keep). Names follow Prometheus' conventions: the
+`conveyor_` prefix, the unit in the name (`_seconds`, `_rows`), base units, and labels of low
+cardinality only (pipeline, component, split, column, measure, metric, slice, model, outcome):
+never a run id, a night or a version, which are values.
+
+A sink that fails is a warning line, never a failed run: metrics are news of the run, like its
+alert.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+from prometheus_client import CollectorRegistry, Gauge, write_to_textfile
+from prometheus_client.exposition import push_to_gateway
+
+from pipelines.metadata import (
+    NodeArtifacts,
+    find_output,
+    open_store,
+    read_run_artifacts,
+    statistics_file,
+    successful_pushes,
+)
+from pipelines.outcome import Outcome, RunResult
+from pipelines.paths import RunPaths
+from pipelines.spec.models import PipelineSpec
+
+PREFIX = "conveyor_"
+PUSH_TIMEOUT_SECONDS = 10.0
+OVERALL_SLICE = "overall"  # the slice label of the whole evaluation set (TFMA's empty slice key)
+TEXTFILE_SUFFIX = ".prom"  # node-exporter's textfile collector reads only these
+
+
+class RunMetrics:
+    """The metric families of one run, declared in a registry of their own.
+
+    Declaring them all up front (a labelled gauge with no child exports no sample) lets the
+    dashboards' test list every name Conveyor exports from an empty `RunMetrics`.
+    """
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        """Declares every family in `registry` (a new one when None)."""
+        self.registry = registry if registry is not None else CollectorRegistry()
+
+        def gauge(name: str, documentation: str, *labels: str) -> Gauge:
+            return Gauge(
+                PREFIX + name, documentation, ("pipeline", *labels), registry=self.registry
+            )
+
+        self.outcome = gauge(
+            "run_outcome",
+            "1 for the outcome of the pipeline's last run (pushed, not_pushed, blocked, "
+            "failed), 0 for the others.",
+            "outcome",
+        )
+        self.finished = gauge(
+            "run_finished_timestamp_seconds", "When the pipeline's last run finished (Unix time)."
+        )
+        self.duration = gauge(
+            "run_duration_seconds",
+            "Seconds the last run's pipeline took, every component and TFX's bookkeeping.",
+        )
+        self.span = gauge("run_span", "The span (night) the last run ingested; absent if none.")
+        self.component_duration = gauge(
+            "component_duration_seconds",
+            "Seconds each component's execution took in the last run.",
+            "component",
+        )
+        self.component_cached = gauge(
+            "component_cached",
+            "1 when the component's execution in the last run was a cache hit, else 0.",
+            "component",
+        )
+        self.rows = gauge(
+            "data_rows", "Examples in each split of the last run's data (StatisticsGen).", "split"
+        )
+        self.anomalies = gauge(
+            "data_anomalies",
+            "Columns with an anomaly in each split of the last run's data (the data gate's, or "
+            "ExampleValidator's findings).",
+            "split",
+        )
+        self.drift = gauge(
+            "data_drift_distance",
+            "Distance of each checked column from its drift reference in the last run.",
+            "column",
+            "measure",
+        )
+        self.drift_threshold = gauge(
+            "data_drift_threshold",
+            "The drift distance above which the data gate blocks a run.",
+            "column",
+            "measure",
+        )
+        self.skew = gauge(
+            "data_skew_distance",
+            "Distance of each checked column between training and serving data in the last run.",
+            "column",
+            "measure",
+        )
+        self.skew_threshold = gauge(
+            "data_skew_threshold",
+            "The skew distance above which the data gate blocks a run.",
+            "column",
+            "measure",
+        )
+        self.evaluation = gauge(
+            "evaluation_metric",
+            "The Evaluator's metrics in the last run, per slice, for the candidate and the "
+            "baseline (the served model).",
+            "metric",
+            "slice",
+            "model",
+        )
+        self.lower_bound = gauge(
+            "evaluation_lower_bound",
+            "The spec's lower bound of an evaluation metric (evaluation.metrics[].lower_bound).",
+            "metric",
+        )
+        self.blessed = gauge(
+            "model_blessed", "1 when the last run's candidate was blessed, 0 when not."
+        )
+        self.infra_blessed = gauge(
+            "infra_validation_blessed",
+            "1 when the last run's infra validation passed, 0 when it did not.",
+        )
+        self.pushed_version = gauge(
+            "model_pushed_version", "The version the pipeline pushed last (in any run)."
+        )
+        self.last_push = gauge(
+            "model_last_push_timestamp_seconds",
+            "When the pipeline last pushed a model successfully (Unix time).",
+        )
+
+
+def exported_names(registry: CollectorRegistry) -> set[str]:
+    """The sample names a registry exports, as PromQL sees them: a counter's `_total`, a
+    histogram's `_bucket`, `_sum` and `_count`, a gauge's own name."""
+    suffixes = {
+        "counter": ("_total",),
+        "histogram": ("_bucket", "_sum", "_count"),
+        "summary": ("", "_sum", "_count"),
+        "gaugehistogram": ("_bucket", "_gsum", "_gcount"),
+        "info": ("_info",),
+    }
+    names = set()
+    for family in registry.collect():
+        names.update(family.name + suffix for suffix in suffixes.get(family.type, ("",)))
+    return names
+
+
+def run_metric_names() -> set[str]:
+    """Every metric name a run can export (what the dashboards and rules may query)."""
+    return exported_names(RunMetrics().registry)
+
+
+# --- gathering a run's metrics ------------------------------------------------------------------
+
+
+def slice_label(slice_key) -> str:
+    """A TFMA slice key as a label value: `overall` for the whole set, else `column=value`
+    pairs joined by `,` (the report's words, without spaces)."""
+    from pipelines.ops.report import _slice_name
+
+    name = _slice_name(slice_key)
+    if name == "all examples":
+        return OVERALL_SLICE
+    return name.replace(" = ", "=").replace(", ", ",")
+
+
+def collect_run_metrics(
+    result: RunResult, paths: RunPaths, now: float | None = None
+) -> CollectorRegistry:
+    """A registry holding the run's metrics, from its result and ML Metadata.
+
+    Args:
+      result: the finished run.
+      paths: its paths (the spec, the metadata store).
+      now: the run's finishing time (Unix seconds); None: now.
+    """
+    metrics = RunMetrics()
+    pipeline = result.pipeline
+    outcome = Outcome(result.outcome)
+    for each in Outcome:
+        metrics.outcome.labels(pipeline, each.value).set(1 if each is outcome else 0)
+    metrics.finished.labels(pipeline).set(time.time() if now is None else now)
+    if result.pipeline_seconds is not None:
+        metrics.duration.labels(pipeline).set(result.pipeline_seconds)
+    if result.span is not None:
+        metrics.span.labels(pipeline).set(result.span)
+    for node in result.nodes:
+        metrics.component_duration.labels(pipeline, node.node_id).set(node.seconds)
+        metrics.component_cached.labels(pipeline, node.node_id).set(node.state == "cached")
+    for metric in paths.spec.evaluation.metrics:
+        if metric.lower_bound is not None:
+            from pipelines.ops.report import _snake
+
+            metrics.lower_bound.labels(pipeline, _snake(metric.name)).set(metric.lower_bound)
+
+    store = open_store(paths.spec, paths.metadata_path)
+    nodes = read_run_artifacts(store, result.run_id) if store and result.run_id else {}
+    splits = _rows(metrics, pipeline, nodes)
+    _data_gate(metrics, pipeline, result, nodes, splits)
+    _evaluation(metrics, pipeline, nodes)
+    _, blessing = find_output(nodes, "ModelBlessing")
+    if blessing is not None:
+        metrics.blessed.labels(pipeline).set(blessing.get("blessed") == 1)
+    _, infra = find_output(nodes, "InfraBlessing")
+    if infra is not None:
+        metrics.infra_blessed.labels(pipeline).set(infra.get("blessed") == 1)
+    pushes = successful_pushes(store, pipeline) if store is not None else None
+    if pushes:
+        from pipelines.metadata import custom_property
+
+        last = pushes[-1]
+        version = custom_property(last, "pushed_version")
+        if version is not None and str(version).isdigit():
+            metrics.pushed_version.labels(pipeline).set(int(version))
+        metrics.last_push.labels(pipeline).set(last.create_time_since_epoch / 1000)
+    return metrics.registry
+
+
+def _rows(metrics: RunMetrics, pipeline: str, nodes: dict[str, NodeArtifacts]) -> list[str]:
+    """Sets the rows of each split StatisticsGen counted; returns the splits."""
+    from tensorflow_metadata.proto.v0 import statistics_pb2
+
+    _, artifact = find_output(nodes, "ExampleStatistics")
+    if artifact is None:
+        return []
+    splits = artifact.split_names()
+    for split in splits:
+        path = statistics_file(artifact.uri, split)
+        if not path.is_file():
+            continue
+        statistics = statistics_pb2.DatasetFeatureStatisticsList()
+        statistics.ParseFromString(path.read_bytes())
+        rows = sum(int(dataset.num_examples) for dataset in statistics.datasets)
+        metrics.rows.labels(pipeline, split).set(rows)
+    return splits
+
+
+def _data_gate(
+    metrics: RunMetrics,
+    pipeline: str,
+    result: RunResult,
+    nodes: dict[str, NodeArtifacts],
+    splits: Iterable[str],
+) -> None:
+    """Anomalies per split, drift and skew per column: the data gate's findings, or
+    ExampleValidator's anomalies for a run whose gate did not report (the report's reading)."""
+    gate = result.data_gate
+    if gate:
+        anomalies = [entry.get("split") or "" for entry in gate.get("anomalies") or []]
+    else:
+        from pipelines.ops.report import _validator_anomalies
+
+        found = _validator_anomalies(nodes)
+        if found is None:
+            return
+        anomalies = [row[1] for row in (found.table.rows if found.table else [])]
+    for split in sorted(set(splits) | set(anomalies)):
+        metrics.anomalies.labels(pipeline, split).set(anomalies.count(split))
+    for kind, distance, threshold in (
+        ("drift", metrics.drift, metrics.drift_threshold),
+        ("skew", metrics.skew, metrics.skew_threshold),
+    ):
+        for entry in (gate or {}).get(kind) or []:
+            labels = (pipeline, str(entry.get("column")), str(entry.get("measure")))
+            if entry.get("distance") is not None:
+                distance.labels(*labels).set(entry["distance"])
+            if entry.get("threshold") is not None:
+                threshold.labels(*labels).set(entry["threshold"])
+
+
+def _evaluation(metrics: RunMetrics, pipeline: str, nodes: dict[str, NodeArtifacts]) -> None:
+    """The Evaluator's scalar metrics per slice, for the candidate and the baseline."""
+    from pipelines.ops.report import _load_evaluation
+
+    _, artifact = find_output(nodes, "ModelEvaluation")
+    if artifact is None:
+        return
+    per_slice, _ = _load_evaluation(artifact.uri)
+    for slice_metrics in per_slice:
+        slice_name = slice_label(slice_metrics.slice_key)
+        for item in slice_metrics.metric_keys_and_values:
+            key = item.key
+            if key.is_diff or not item.value.HasField("double_value"):
+                continue  # differences are two samples apart; matrices are not one number
+            name = key.name + (f"/{key.output_name}" if key.output_name else "")
+            model = key.model_name or "candidate"
+            value = item.value.double_value.value
+            metrics.evaluation.labels(pipeline, name, slice_name, model).set(value)
+
+
+# --- the sinks -----------------------------------------------------------------------------------
+
+
+def textfile_path(spec: PipelineSpec, workdir: Path) -> Path | None:
+    """`<runtime.metrics.textfile_dir>/<pipeline>.prom` (a relative folder is under the
+    workdir), or None when the spec writes no textfile."""
+    folder = spec.runtime.metrics.textfile_dir
+    if not folder:
+        return None
+    return (Path(workdir) / folder) / f"{spec.name}{TEXTFILE_SUFFIX}"
+
+
+def pushgateway_url(spec: PipelineSpec) -> str:
+    """The Pushgateway URL from the variable `runtime.metrics.pushgateway_url_env` names, or ""
+    when the spec names none or it is unset or empty."""
+    variable = spec.runtime.metrics.pushgateway_url_env
+    return os.environ.get(variable, "").strip() if variable else ""
+
+
+def export_run_metrics(
+    result: RunResult, paths: RunPaths, echo: Callable[[str], None] = print
+) -> CollectorRegistry | None:
+    """Sends a finished run's metrics to the sinks its spec names; a sink that fails is a
+    warning line, never an exception.
+
+    Args:
+      result: the finished run.
+      paths: its paths (the spec names the sinks).
+      echo: where the lines saying what went where go.
+
+    Returns:
+      The run's registry, or None when the spec names no sink (nothing was read then).
+    """
+    spec = paths.spec
+    textfile = textfile_path(spec, paths.workdir)
+    url = pushgateway_url(spec)
+    if textfile is None and not url:
+        return None
+    registry = collect_run_metrics(result, paths)
+    if textfile is not None:
+        try:
+            textfile.parent.mkdir(parents=True, exist_ok=True)
+            write_to_textfile(str(textfile), registry)
+            echo(f"metrics: {textfile}")
+        except OSError as err:
+            echo(f"warning: metrics textfile {textfile} not written: {err}")
+    if url:
+        variable = spec.runtime.metrics.pushgateway_url_env
+        try:
+            push_to_gateway(
+                url,
+                job=spec.runtime.metrics.job,
+                registry=registry,
+                grouping_key={"pipeline": spec.name},
+                timeout=PUSH_TIMEOUT_SECONDS,
+            )
+            echo(f"metrics: pushed to the Pushgateway in ${variable}")
+        except Exception as err:  # noqa: BLE001 - any failure to push is only a warning
+            # The reason may quote the URL, which can hold credentials: never show it.
+            reason = str(getattr(err, "reason", err)).replace(url, "***")
+            echo(
+                f"warning: metrics not pushed to the Pushgateway in ${variable}: "
+                f"{type(err).__name__}: {reason}"
+            )
+    return registry
+
+
+def metric_names_in(promql: str) -> set[str]:
+    """The Conveyor metric names (`conveyor_...`) a PromQL expression reads; label values
+    (quoted) are left out, so `{job="conveyor_x"}` names none."""
+    unquoted = re.sub(r'"(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\'', '""', promql)
+    return set(re.findall(rf"\b{PREFIX}[A-Za-z0-9_]*", unquoted))
