@@ -16,18 +16,20 @@ WORKDIR ?= $(CURDIR)/.conveyor
 export TF_CPP_MIN_LOG_LEVEL ?= 3
 export TF_USE_LEGACY_KERAS ?= 1
 
-.PHONY: help setup lock pipeline-local data test test-unit test-e2e lint docs bench bench-data \
-	bench-trainer bench-nightly gpu-check clean
+.PHONY: help setup lock pipeline-local data test test-unit test-e2e lint docs monitoring bench \
+	bench-data bench-trainer bench-nightly bench-serving gpu-check clean
 
 help:
 	@echo "make pipeline-local  set up, prepare the penguin data and run it locally (pushes a model)"
 	@echo "make test            set up and run unit + end-to-end tests"
 	@echo "make lint            ruff over the code"
 	@echo "make docs            regenerate docs/spec-reference.md and docs/spec.schema.json"
+	@echo "make monitoring      regenerate the Grafana dashboards in monitoring/dashboards/"
 	@echo "make bench           Conveyor vs raw TFX penguin, side by side"
 	@echo "make bench-data      data path vs raw TFX at 150k and 1.5M taxi rows"
 	@echo "make bench-trainer   trainer examples/s: XLA, mirrored, multi-worker (taxi)"
 	@echo "make bench-nightly   one normal taxi night at 100k and 1M rows, per component"
+	@echo "make bench-serving   local model server :predict vs the in-process call (penguin)"
 	@echo "make gpu-check       the gpu profile on penguin and taxi (needs GPUs)"
 	@echo "make lock            re-resolve requirements.in into requirements.lock"
 	@echo "make clean           remove the venv and generated run outputs"
@@ -67,12 +69,17 @@ test-e2e: setup
 	$(BIN)/python -m pytest -q -m e2e
 
 lint: setup
-	$(BIN)/ruff check pipelines components tests bench
-	$(BIN)/ruff format --check pipelines components tests bench
+	$(BIN)/ruff check pipelines components tests bench monitoring
+	$(BIN)/ruff format --check pipelines components tests bench monitoring
 
 # The spec reference and JSON Schema are generated from pipelines/spec/ (models, components).
 docs: setup
 	$(BIN)/python -m pipelines.spec.reference
+
+# The Grafana dashboards are generated from monitoring/dashboards.py (grafanalib); a test checks
+# the committed JSON is fresh.
+monitoring: setup
+	$(BIN)/python monitoring/dashboards.py
 
 bench: setup
 	$(BIN)/python bench/bench_penguin.py
@@ -85,6 +92,9 @@ bench-trainer: setup
 
 bench-nightly: setup
 	$(BIN)/python bench/bench_nightly.py
+
+bench-serving: setup
+	$(BIN)/python bench/bench_serving.py
 
 gpu-check: setup
 	$(BIN)/python bench/gpu_check.py

@@ -136,6 +136,18 @@ def cmd_data(args: argparse.Namespace) -> int:
     return 0
 
 
+def _event_log(args: argparse.Namespace, loaded: config.LoadedSpec):
+    """Where a run's progress goes: `print` for text, a JSON log (secrets masked) for
+    `--log-format json` or the profile's `runtime.log_format: json`."""
+    chosen = args.log_format or loaded.spec.runtime.log_format.value
+    if chosen != "json":
+        return print
+    from pipelines.run import local
+    from pipelines.run.events import JsonLog
+
+    return JsonLog(redact=lambda text: local.redact(text, loaded.spec))
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     """`conveyor run`: runs one night of a pipeline locally and prints its verdict line.
 
@@ -164,22 +176,38 @@ def cmd_run(args: argparse.Namespace) -> int:
                 print(sent, file=sys.stderr)
         raise
     input_dir = planned.paths.input_dir  # the one Run of this command: spec, paths, span
-    if not loaded.spec.data.span_pattern and config.csv_columns(input_dir) is None:
+    if not loaded.spec.data.span_pattern and not config.has_input_files(loaded.spec, input_dir):
+        data_format = loaded.spec.data.format.value
+        prepare = f"Prepare them with `conveyor data {loaded.spec.name} --workdir {workdir}` or "
         print(
-            f"error: no CSV files in {input_dir}. Prepare them with "
-            f"`conveyor data {loaded.spec.name} --workdir {workdir}` or put your own there.",
+            f"error: no {data_format} files in {input_dir}. "
+            f"{prepare if data_format == 'csv' else ''}put your own there.",
             file=sys.stderr,
         )
         return EXIT_FAILED
     # Supervised: the pipeline runs in a child process, so that a run killed by a signal (the
     # out-of-memory killer's SIGKILL, a scheduler's SIGTERM) still ends FAILED, with its summary
     # and alert. A busy workdir (PipelineBusy) is answered in main().
-    outcome = nightly.run_night(planned, force=args.force, supervised=True)
+    echo = _event_log(args, loaded)
+    outcome = nightly.run_night(planned, force=args.force, supervised=True, echo=echo)
     prefix = "UNCHANGED" if outcome.unchanged else Outcome(outcome.outcome).verdict
+    if echo is not print:
+        _verdict_event(echo, outcome, prefix)
+        return outcome.exit_code
     print(f"{prefix}: {outcome.message}")
     if outcome.run_dir:
         print(f"run record: {outcome.run_dir}")
     return outcome.exit_code
+
+
+def _verdict_event(echo, outcome, prefix: str, night: str | None = None) -> None:
+    from pipelines.run.events import emit
+
+    run_id = Path(outcome.run_dir).name if outcome.run_dir else None  # none when unchanged
+    emit(echo, "verdict", f"{prefix}: {outcome.message}", verdict=prefix,
+         outcome=Outcome(outcome.outcome).value, unchanged=outcome.unchanged, run_id=run_id,
+         span=outcome.span, night=night, run_dir=outcome.run_dir or None,
+         exit_code=outcome.exit_code)  # fmt: skip
 
 
 def cmd_backfill(args: argparse.Namespace) -> int:
@@ -194,13 +222,20 @@ def cmd_backfill(args: argparse.Namespace) -> int:
 
     loaded = _load(args, args.pipeline)
     zone = loaded.spec.schedule.timezone
+    echo = _event_log(args, loaded)
     done = nightly.backfill(
         loaded,
         _workdir(args),
         spans.parse_night(args.start, zone=zone),
         spans.parse_night(args.end, zone=zone),
+        echo=echo,
         supervised=True,  # each night in a child process, as `conveyor run`
     )
+    if echo is not print:
+        for night, outcome in done:
+            prefix = "UNCHANGED" if outcome.unchanged else Outcome(outcome.outcome).verdict
+            _verdict_event(echo, outcome, prefix, night.isoformat())
+        return worst_exit_code(outcome.exit_code for _, outcome in done)
     print(f"{'night':<12} {'outcome':<11} {'ran?':<5} run record")
     for night, outcome in done:
         ran = "no" if outcome.unchanged else "yes"
@@ -268,7 +303,7 @@ def cmd_bless(args: argparse.Namespace) -> int:
 
 def cmd_lineage(args: argparse.Namespace) -> int:
     """`conveyor lineage`: prints, for each pushed version (or only `--version`), the spans,
-    schema and code that made it, as ML Metadata records them.
+    schema and code that made it, and the label moves to it, as ML Metadata records them.
 
     Exit code: 0; 1 when the `--version` asked for is not recorded (no pushes at all is 0).
     """
@@ -284,8 +319,13 @@ def cmd_lineage(args: argparse.Namespace) -> int:
     if not pushes:
         print(f"no pushed versions of {loaded.spec.name} recorded in {paths.metadata_path}")
         return EXIT_FAILED if args.version else 0
+    from pipelines.ops.labels import moves_by_version
+
+    moves = moves_by_version(store, loaded.spec.name)
     for push in pushes:
         print(push.describe())
+        for move in moves.get(push.version, []):  # pushes, promotes, rollbacks to the version
+            print(f"  labels    {move.describe()}")
     return 0
 
 
@@ -316,15 +356,33 @@ def cmd_runs(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    """`conveyor report`: prints the path of a run's HTML report, and with `--open` opens it.
+    """`conveyor report`: prints the path of a run's HTML report, and with `--open` opens it;
+    with `--history` the argument names a pipeline, whose history page is written first.
 
     The run id must be one folder name (no separators, `..` or wildcards), so it cannot reach
     files outside the runs folder. When the report is missing the error lists recent run ids.
 
-    Exit code: 0 when found; 1 for an invalid run id or no report.
+    Exit code: 0 when found (or written); 1 for an invalid run id or no report.
     """
     from pipelines.ops.report import find_report, recent_run_ids
     from pipelines.paths import REPORT_FILE, find_run_dirs, runs_root
+
+    if args.history:
+        from pipelines.ops.history import write_history
+        from pipelines.paths import RunPaths
+
+        if args.nights < 1:
+            print(f"error: --nights {args.nights}: give 1 or more runs", file=sys.stderr)
+            return EXIT_FAILED
+        loaded = _load(args, args.target)
+        report = write_history(RunPaths(workdir=_workdir(args), spec=loaded.spec), args.nights)
+        print(report)
+        if args.open:
+            import webbrowser
+
+            webbrowser.open(report.as_uri())
+        return 0
+    args.run_id = args.target
 
     # A run id is one folder's name: a path or a glob would reach other folders' files.
     if not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.:+-]*", args.run_id) or ".." in args.run_id:
@@ -345,6 +403,8 @@ def cmd_report(args: argparse.Namespace) -> int:
             else f"no run {args.run_id} under {runs_root(workdir)}"
         )
         listing = ("; recent runs: " + ", ".join(recent)) if recent else "; no runs recorded there"
+        if args.run_id in config.list_pipelines():
+            listing += f"; for the pipeline's history: conveyor report {args.run_id} --history"
         print(f"error: {why}{listing}", file=sys.stderr)
         return EXIT_FAILED
     print(report)
@@ -415,6 +475,15 @@ def add_common_options(
         )
 
 
+def _add_log_format(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--log-format",
+        choices=("text", "json"),
+        help="text lines, or one JSON object per event on stdout for log aggregators "
+        "(default: the profile's runtime.log_format, text)",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The `conveyor` argument parser: one subcommand per `cmd_*`, each set as `args.func`."""
     parser = argparse.ArgumentParser(
@@ -469,6 +538,7 @@ def build_parser() -> argparse.ArgumentParser:
         "latest span with data)",
     )
     p.add_argument("--span", type=int, help="the span to process ({SPAN} patterns)")
+    _add_log_format(p)
     add_common_options(p)
     p.set_defaults(func=cmd_run)
 
@@ -476,6 +546,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("pipeline")
     p.add_argument("--from", dest="start", required=True, metavar="DATE")
     p.add_argument("--to", dest="end", required=True, metavar="DATE")
+    _add_log_format(p)
     add_common_options(p)
     p.set_defaults(func=cmd_backfill)
 
@@ -511,12 +582,25 @@ def build_parser() -> argparse.ArgumentParser:
     add_common_options(p)
     p.set_defaults(func=cmd_runs)
 
-    p = sub.add_parser("report", help="print (or --open) the HTML report of a run")
-    p.add_argument("run_id", help="a run id, e.g. penguin-20261129T155717.645324Z")
+    p = sub.add_parser(
+        "report",
+        help="print (or --open) the HTML report of a run, or write a pipeline's --history page",
+    )
+    p.add_argument(
+        "target",
+        metavar="RUN_ID|NAME",
+        help="a run id, e.g. penguin-20261129T155717.645324Z; with --history a pipeline name",
+    )
     p.add_argument("--open", action="store_true", help="open it in a web browser")
     p.add_argument(
-        "--workdir", help="the working directory (default: $CONVEYOR_WORKDIR or ./.conveyor)"
+        "--history",
+        action="store_true",
+        help="write <workdir>/runs/NAME/history.html: the pipeline's last runs from ML Metadata",
     )
+    p.add_argument(
+        "--nights", type=int, default=30, metavar="N", help="--history: the last N runs (30)"
+    )
+    add_common_options(p)
     p.set_defaults(func=cmd_report)
 
     p = sub.add_parser(
@@ -532,10 +616,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     # Serving and model management commands live beside their code; each module adds its own
     # subcommands and imports nothing heavy until one runs.
-    from pipelines.ops import models_command
+    from pipelines.ops import init_command, models_command
     from pipelines.serving import deploy_command, serve_command
 
-    for module in (serve_command, models_command, deploy_command):
+    for module in (serve_command, models_command, deploy_command, init_command):
         module.register(sub, add_common_options)
     return parser
 

@@ -7,26 +7,33 @@ builder imports only the build functions of the types a spec uses. It lives with
 the builder, because it is the vocabulary of the spec's `components` list: the spec depends on
 it, and the builder on the spec, never the other way round.
 
-Adding a component type:
-  1. write its TFX component under `components/<name>/` (component.py, executor.py), unless it
-     is one of TFX's own;
-  2. write its build function, `build(ctx, node_id)`, in `pipelines/build/nodes/<name>.py`: it
+Adding a component: there is one path, whether the component is Conveyor's or a team's.
+  1. write it as a TFX component: a class (ComponentSpec + executor) or an `@component`
+     function, under `components/<name>/` for Conveyor's own, anywhere importable for a team;
+  2. a team's component is then ready: a `components[]` entry names it by import path
+     (`component: my_team.components.FilterExamples`) with its `params`, its `inputs` as
+     `node_id.output_name` (or a role) and the roles it `provides`; `check_wiring` reads its
+     inputs, outputs and parameters from its source, without running it
+     (pipelines/spec/custom_components.py);
+  3. to make it a built-in type that specs name by `type:` and that wires itself by role, also
+     write its build function, `build(ctx, node_id)`, in `pipelines/build/nodes/<name>.py`: it
      reads the channels it needs from `ctx.need(role)`, adds its node with `ctx.add(...)` and
      publishes its outputs by role with `ctx.provide(...)`; `ctx.target` says which orchestrator
      it builds for (where it builds differently there, or no node at all, it says so with
-     `ctx.note(node_id, why)`);
-  3. add a `ComponentType` row below. Validation, the builder, the generated spec reference and
-     the orchestrators pick it up from here.
+     `ctx.note(node_id, why)`); then add a `ComponentType` row below (and any new role to
+     ROLE_TYPES). Validation, the builder, the generated spec reference and the orchestrators
+     pick it up from here.
 
 Roles are the names channels travel under between nodes ("examples", "schema", "model"...).
 A node may only need roles that a node listed before it provides; `check_wiring` says which
-component to add otherwise.
+component to add otherwise. A built-in's outputs are named after the roles it provides
+(`csv_example_gen.examples`, `trainer.model`), so any entry's `inputs` can name them too.
 """
 
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -79,8 +86,10 @@ COMPONENT_TYPES: dict[str, ComponentType] = {
     for t in (
         ComponentType(
             "csv_example_gen",
-            "Reads the CSVs (or one span of them) into train/eval tf.Examples: TFX's "
-            "CsvExampleGen, or the streaming Arrow reader (`data.reader`).",
+            "Reads the input (or one span of it) into train/eval tf.Examples, as `data.format` "
+            "says: CSV through TFX's CsvExampleGen or the streaming Arrow reader (`data.reader`), "
+            "TFRecord through TFX's ImportExampleGen, Parquet through the Arrow Parquet reader, "
+            "a BigQuery query through TFX's BigQueryExampleGen (compile only).",
             f"{_NODES}.example_gen:build",
             provides=("examples",),
         ),
@@ -158,8 +167,17 @@ COMPONENT_TYPES: dict[str, ComponentType] = {
             on_target={Orchestrator.KUBEFLOW: "TFX's LatestBlessedModelStrategy"},
         ),
         ComponentType(
+            "transform",
+            "TFX's Transform with the team's `preprocessing_fn` (`transform.module`): the "
+            "transformed examples and the transform graph the Trainer reads.",
+            f"{_NODES}.transform:build",
+            provides=("transform_graph", "transformed_examples"),
+            needs=("examples", "schema"),
+        ),
+        ComponentType(
             "trainer",
-            "Conveyor's Keras trainer (distribution, XLA, warm start, the serving signatures).",
+            "Conveyor's Keras trainer (distribution, XLA, warm start, the serving signatures), "
+            "or TFX's own with the team's `run_fn` (`trainer.module`).",
             f"{_NODES}.trainer:build",
             provides=("model",),
             needs=("examples", "schema", "statistics"),
@@ -171,6 +189,9 @@ COMPONENT_TYPES: dict[str, ComponentType] = {
                     "training_examples",
                     "data.window_spans above 1",
                     lambda s: s.data.window_spans > 1,
+                ),
+                ConditionalNeed(
+                    "transform_graph", "transform.module", lambda s: s.transform is not None
                 ),
             ),
         ),
@@ -191,8 +212,23 @@ COMPONENT_TYPES: dict[str, ComponentType] = {
             needs=("examples", "model"),
         ),
         ComponentType(
+            "infra_validator",
+            "Serves the blessed candidate in a fresh model server (no Docker) and sends it canary "
+            "requests from the evaluation split: answers well-formed, finite, equal to the "
+            "SavedModel's in process, p99 within `push.latency_budget_ms`. The Pusher refuses a "
+            "model it does not bless.",
+            f"{_NODES}.infra_validator:build",
+            provides=("infra_blessing",),
+            needs=("model", "blessing", "examples"),
+            on_target={
+                Orchestrator.KUBEFLOW: "the model server runs inside the component's own "
+                "container (the pipeline image), as a child process: no Docker, no cluster access"
+            },
+        ),
+        ComponentType(
             "pusher",
-            "Publishes a blessed model as the next TF Serving version, atomically.",
+            "Publishes a blessed model as the next TF Serving version, atomically (and only "
+            "an infra-validated one when an infra validator runs before it).",
             f"{_NODES}.pusher:build",
             provides=("pushed_model",),
             needs=("model", "blessing"),
@@ -208,23 +244,208 @@ def providers_of(role: str) -> list[str]:
     return sorted(t.name for t in COMPONENT_TYPES.values() if role in t.provides)
 
 
-def check_wiring(components: Sequence[Any], spec: Any) -> str | None:
-    """Walks the spec's `components` in order; returns the first wiring problem, or None.
+# The artifact type (TFX's TYPE_NAME) each role carries: what a team's component must take or
+# give to consume a role, or to provide one that the built-ins after it read.
+ROLE_TYPES: dict[str, str] = {
+    "examples": "Examples",
+    "statistics": "ExampleStatistics",
+    "schema": "Schema",
+    "anomalies": "ExampleAnomalies",
+    "previous_statistics": "ExampleStatistics",
+    "previous_examples": "Examples",
+    "training_examples": "Examples",
+    "warm_start_model": "Model",
+    "transform_graph": "TransformGraph",
+    "transformed_examples": "Examples",
+    "model": "Model",
+    "baseline_model": "Model",
+    "blessing": "ModelBlessing",
+    "infra_blessing": "InfraBlessing",
+    "pushed_model": "PushedModel",
+}
 
-    Args:
-      components: the spec's `components` entries (each with `.type` and `.id`).
-      spec: the spec, for needs that depend on a key (`data.drift` needs a drift baseline).
-    """
-    provided: set[str] = set()
-    for index, entry in enumerate(components):
-        row = COMPONENT_TYPES[entry.type]
+
+@dataclass(frozen=True)
+class Port:
+    """One input, output or parameter of a component, as the wiring check sees it."""
+
+    # Inputs and outputs: the artifact type (TYPE_NAME); parameters: the Python type's name.
+    # None where the source does not say without running it (TFX still checks when building).
+    type: str | None
+    optional: bool = False
+
+
+@dataclass(frozen=True)
+class Signature:
+    """What a team's component takes and gives, by name, as read from its source."""
+
+    inputs: Mapping[str, Port]
+    outputs: Mapping[str, Port]
+    parameters: Mapping[str, Port]
+
+
+def accepted_roles(row: ComponentType) -> tuple[str, ...]:
+    """Every role a built-in may read (always or because of a spec key): what its `inputs` may
+    map."""
+    return (*row.needs, *(n.role for n in row.needs_when if n.role not in row.needs))
+
+
+class _Miswired(Exception):
+    """One wiring problem, already worded; `check_wiring` returns its message."""
+
+
+def _names(names: Sequence[str] | Mapping[str, Any]) -> str:
+    return ", ".join(names) or "none"
+
+
+def _reference_type(
+    reference: str, index: int, components: Sequence[Any], outputs: Mapping, provided: Mapping
+) -> str | None:
+    """The artifact type `reference` (`node_id.output_name`, or a role) carries at entry
+    `index`; raises _Miswired naming what is wrong with it."""
+    node, dot, output = reference.partition(".")
+    if not dot:
+        if reference not in provided:
+            raise _Miswired(
+                f"no earlier component provides the role {reference!r} (roles so far: "
+                f"{_names(list(provided))}); name an output as node_id.output_name"
+            )
+        return provided[reference]
+    if node not in outputs:
+        ids = [c.id for c in components]
+        if node == ids[index]:
+            raise _Miswired(f"{reference!r} is this node's own output: that would be a cycle")
+        if node in ids:
+            raise _Miswired(
+                f"{reference!r} refers to components[{ids.index(node)}] ({node}), which comes "
+                "after it: a node consumes only the outputs of nodes listed before it (which "
+                "also rules out cycles), so move it"
+            )
+        raise _Miswired(
+            f"{reference!r}: unknown node {node!r} (nodes before it: {_names(ids[:index])})"
+        )
+    if output not in outputs[node]:
+        raise _Miswired(
+            f"{reference!r}: node {node!r} has no output {output!r} (its outputs: "
+            f"{_names(outputs[node])})"
+        )
+    return outputs[node][output].type
+
+
+def _fits(wanted: str | None, value: Any) -> bool:
+    """Whether a YAML value suits a parameter of Python type `wanted` (None: not known)."""
+    checks = {
+        "int": lambda v: isinstance(v, int) and not isinstance(v, bool),
+        "float": lambda v: isinstance(v, int | float) and not isinstance(v, bool),
+        "str": lambda v: isinstance(v, str),
+        "bool": lambda v: isinstance(v, bool),
+    }
+    return wanted not in checks or checks[wanted](value)
+
+
+def _check_entry(
+    index: int,
+    components: Sequence[Any],
+    spec: Any,
+    signature: Signature | None,
+    outputs: dict[str, Mapping[str, Port]],
+    provided: dict[str, str | None],
+) -> None:
+    """Checks entry `index` against what the entries before it produced, then records what it
+    produces; raises _Miswired."""
+    entry = components[index]
+    custom = getattr(entry, "component", None)
+    row = None if custom else COMPONENT_TYPES[entry.type]
+    if row is not None:
+        takes = {role: Port(ROLE_TYPES.get(role)) for role in accepted_roles(row)}
+        what = f"a {row.name}"
+    else:
+        assert signature is not None  # read for every custom entry before the check
+        takes = dict(signature.inputs)
+        what = custom
+    for name, reference in getattr(entry, "inputs", {}).items():
+        if name not in takes:
+            raise _Miswired(
+                f"inputs.{name}: {what} has no input {name!r} (inputs: {_names(takes)})"
+            )
+        try:
+            carried = _reference_type(reference, index, components, outputs, provided)
+        except _Miswired as err:
+            raise _Miswired(f"inputs.{name}: {err}") from None
+        wanted = takes[name].type
+        if wanted and carried and wanted != carried:
+            raise _Miswired(
+                f"inputs.{name}: {reference!r} carries {carried}, but input {name!r} takes {wanted}"
+            )
+    if row is not None:
         for role, key in row.required_roles(spec):
-            if role in provided:
+            if role in provided or role in getattr(entry, "inputs", {}):
                 continue
             why = f" (because of {key})" if key else ""
-            return (
-                f"components[{index}] ({entry.id}): needs {role!r}{why}, which no earlier "
-                f"component provides; list one of {providers_of(role)} before it"
+            raise _Miswired(
+                f"needs {role!r}{why}, which no earlier component provides; list one of "
+                f"{providers_of(role)} before it"
             )
-        provided.update(row.provides)
+        provided.update({role: ROLE_TYPES.get(role) for role in row.provides})
+        outputs[entry.id] = {role: Port(ROLE_TYPES.get(role)) for role in row.provides}
+        return
+    missing = [n for n, port in takes.items() if not port.optional and n not in entry.inputs]
+    if missing:
+        raise _Miswired(
+            f"{custom} needs input {_names(missing)}: map each under `inputs` to "
+            "node_id.output_name (or a role)"
+        )
+    for name, value in entry.params.items():
+        if name not in signature.parameters:
+            raise _Miswired(
+                f"params.{name}: {custom} has no parameter {name!r} (parameters: "
+                f"{_names(signature.parameters)})"
+            )
+        wanted = signature.parameters[name].type
+        if not _fits(wanted, value):
+            raise _Miswired(f"params.{name}: {value!r} is not {wanted}")
+    absent = [
+        n for n, p in signature.parameters.items() if not p.optional and n not in entry.params
+    ]
+    if absent:
+        raise _Miswired(f"{custom} needs parameter {_names(absent)} under `params`")
+    for role, output in entry.provides.items():
+        if output not in signature.outputs:
+            raise _Miswired(
+                f"provides.{role}: {custom} has no output {output!r} (outputs: "
+                f"{_names(signature.outputs)})"
+            )
+        carried, wanted = signature.outputs[output].type, ROLE_TYPES.get(role)
+        if wanted and carried and wanted != carried:
+            raise _Miswired(
+                f"provides.{role}: output {output!r} is {carried}, but the role {role!r} carries "
+                f"{wanted} (what the components that need it read)"
+            )
+        provided[role] = carried or wanted
+    outputs[entry.id] = signature.outputs
+
+
+def check_wiring(
+    components: Sequence[Any], spec: Any, signatures: Mapping[str, Signature] | None = None
+) -> str | None:
+    """Walks the spec's `components` in order; returns the first wiring problem, or None.
+
+    A built-in gets what it needs by role (from the last earlier node providing it) unless its
+    `inputs` name a channel; a team's component gets exactly its `inputs`. Every reference
+    points back to an earlier node, so the graph has no cycle.
+
+    Args:
+      components: the spec's `components` entries (each with `.id`, and `.type` or
+        `.component`, `.inputs`, `.params`, `.provides`).
+      spec: the spec, for needs that depend on a key (`data.drift` needs a drift baseline).
+      signatures: node id -> the signature of each entry naming a team's `component`.
+    """
+    provided: dict[str, str | None] = {}
+    outputs: dict[str, Mapping[str, Port]] = {}
+    for index, entry in enumerate(components):
+        signature = (signatures or {}).get(entry.id)
+        try:
+            _check_entry(index, components, spec, signature, outputs, provided)
+        except _Miswired as err:
+            return f"components[{index}] ({entry.id}): {err}"
     return None

@@ -13,7 +13,7 @@ from __future__ import annotations
 import datetime
 import enum
 import re
-from typing import Annotated
+from typing import Annotated, Any
 
 from pydantic import (
     AfterValidator,
@@ -28,6 +28,8 @@ from pipelines.spec import expressions
 from pipelines.spec.components import KNOWN_TYPES, Orchestrator, check_wiring
 
 Identifier = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
+# An importable Python module, `package.module` (user code a spec names, never runs).
+ModulePath = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")]
 
 
 def _without_parent(value: str) -> str:
@@ -103,10 +105,36 @@ class BadRows(str, enum.Enum):
     SKIP = "skip"
 
 
-class DataSpec(StrictModel):
-    """Where the input CSVs are, how they are split and spanned, and the data gate's limits."""
+class DataFormat(str, enum.Enum):
+    """What the input is: files of CSV, TFRecord (of tf.Example) or Parquet, or a BigQuery
+    query (compile only: it cannot run here)."""
 
-    input_dir: WorkdirPath = Field(description="Directory of CSV files, relative to the workdir.")
+    CSV = "csv"
+    TFRECORD = "tfrecord"
+    PARQUET = "parquet"
+    BIGQUERY = "bigquery"
+
+
+# Keys that only the CSV readers read: a spec of another format that sets one is refused.
+CSV_ONLY_KEYS = ("reader", "arrow_above_megabytes", "bad_rows")
+
+
+class DataSpec(StrictModel):
+    """Where the input is (CSV, TFRecord or Parquet files, or a query), how it is split and
+    spanned, and the data gate's limits."""
+
+    input_dir: WorkdirPath = Field(
+        description="Directory of the input files, relative to the workdir."
+    )
+    format: DataFormat = Field(
+        default=DataFormat.CSV,
+        description="`csv`, `tfrecord` (tf.Example records, gzipped or not: TFX's "
+        "ImportExampleGen), `parquet` (Conveyor's Arrow reader) or `bigquery` (`query`; compiles "
+        "for Kubeflow, cannot run locally). See docs/inputs.md.",
+    )
+    query: str | None = Field(
+        default=None, description="`format: bigquery`: the SQL query whose rows are the input."
+    )
     splits: dict[Identifier, Annotated[int, Field(gt=0)]] = Field(
         default_factory=lambda: {"train": 2, "eval": 1},
         description="Split name to hash-bucket count; needs `train` and `eval`.",
@@ -191,6 +219,27 @@ class DataSpec(StrictModel):
         return self
 
     @model_validator(mode="after")
+    def _format_keys(self) -> DataSpec:
+        if self.format is DataFormat.BIGQUERY:
+            if not self.query:
+                raise ValueError("data.format 'bigquery' needs data.query (the SQL to read)")
+            if self.span_pattern:
+                raise ValueError(
+                    "data.span_pattern names files; data.format 'bigquery' reads a query"
+                )
+        elif self.query is not None:
+            raise ValueError(
+                f"data.query is for data.format 'bigquery'; this spec reads {self.format.value} "
+                "files from data.input_dir"
+            )
+        if self.format is DataFormat.TFRECORD and self.split_key:
+            raise ValueError(
+                "data.split_key cannot split TFRecord input: TFX's ImportExampleGen splits "
+                "serialized records by hash only; remove data.split_key"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _skipping_needs_arrow(self) -> DataSpec:
         if self.bad_rows is BadRows.SKIP and self.reader is CsvReader.TFX:
             raise ValueError(
@@ -240,6 +289,31 @@ class FeatureKind(str, enum.Enum):
 
     NUMERIC = "numeric"
     CATEGORICAL = "categorical"
+    TEXT = "text"
+
+
+class EmbeddingSpec(StrictModel):
+    """A pretrained text embedding: a SavedModel (a TF Hub module saved to disk) on a local
+    path, called on a batch of strings and returning one vector per string. Nothing is
+    downloaded."""
+
+    module: NoParentPath = Field(
+        description="Folder of the SavedModel: relative to the project root, or absolute."
+    )
+    trainable: bool = Field(
+        default=False,
+        description="Fine-tune the module's weights (only `false` is supported: the "
+        "embedding is computed in the model's preprocessing).",
+    )
+
+    @field_validator("trainable")
+    @classmethod
+    def _frozen_only(cls, value: bool) -> bool:
+        if value:
+            raise ValueError(
+                "trainable: true is not supported: the embedding runs in preprocessing, frozen"
+            )
+        return value
 
 
 class FeatureSpec(StrictModel):
@@ -249,7 +323,8 @@ class FeatureSpec(StrictModel):
     kind: FeatureKind = Field(
         description="`numeric`: standardised with the statistics' mean and deviation, plus a "
         "missing-value indicator; `categorical`: strings looked up in a vocabulary, integers "
-        "hashed into buckets, one-hot encoded."
+        "hashed into buckets, one-hot encoded; `text`: strings embedded by a pretrained "
+        "module (`embedding`)."
     )
     max_vocabulary: int = Field(
         default=1000, gt=0, description="Categorical strings: most frequent values kept."
@@ -257,6 +332,17 @@ class FeatureSpec(StrictModel):
     hash_buckets: int = Field(
         default=64, gt=0, description="Categorical integers: buckets they are hashed into."
     )
+    embedding: EmbeddingSpec | None = Field(
+        default=None, description="Text: the pretrained module that embeds the column."
+    )
+
+    @model_validator(mode="after")
+    def _embedding_for_text(self) -> FeatureSpec:
+        if self.kind is FeatureKind.TEXT and self.embedding is None:
+            raise ValueError(f"feature {self.name!r} is text and needs an `embedding`")
+        if self.kind is not FeatureKind.TEXT and self.embedding is not None:
+            raise ValueError(f"feature {self.name!r}: `embedding` is for kind text only")
+        return self
 
 
 class Task(str, enum.Enum):
@@ -335,6 +421,18 @@ class TrainerSpec(StrictModel):
         description="Initialise from the served model (needs a warm_start_resolver component).",
     )
     seed: int = Field(default=42, description="Random seed of the weights and the shuffling.")
+    module: ModulePath | None = Field(
+        default=None,
+        description="The team's own trainer module, by import path (code kept in its "
+        "repository, never in the spec): one with `run_fn(fn_args)` runs in TFX's Trainer "
+        "unchanged; one with `build_model(inputs, spec)` replaces the network on top of "
+        "Conveyor's feature layer (see docs/user-code.md).",
+    )
+    config: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Passed to the module: `fn_args.custom_config` (run_fn), `spec.config` "
+        "(build_model).",
+    )
 
     @model_validator(mode="after")
     def _label_not_a_feature(self) -> TrainerSpec:
@@ -623,6 +721,13 @@ class PushSpec(StrictModel):
         description="Infra validation: how many canary requests (rows from the evaluation "
         "split, in both formats) the candidate answers.",
     )
+    infra_start_timeout_seconds: float = Field(
+        default=120.0,
+        gt=0,
+        le=3600,
+        description="Infra validation: how long the candidate's fresh model server may take to "
+        "load it and report ready.",
+    )
     deploy: DeploySpec = Field(
         default_factory=DeploySpec, description="Kubernetes manifests (`conveyor deploy render`)."
     )
@@ -765,6 +870,13 @@ def check_beam_args(args: tuple[str, ...] | list[str]) -> str:
     return runner
 
 
+class LogFormat(str, enum.Enum):
+    """How `conveyor run` and `backfill` write a run's events on the standard output."""
+
+    TEXT = "text"  # aligned lines for people
+    JSON = "json"  # one JSON object per event, for log aggregators
+
+
 class WhenBusy(str, enum.Enum):
     """What a run does when another run of the same pipeline holds the workdir's lock."""
 
@@ -786,6 +898,28 @@ class ConcurrencySpec(StrictModel):
         default=6 * 3600,
         ge=0,
         description="How long `wait` waits for the lock before giving up.",
+    )
+
+
+class MetricsSpec(StrictModel):
+    """Where each finished run's Prometheus metrics go (pipelines/ops/metrics.py): a
+    node-exporter textfile, a Pushgateway, both or neither. A sink that fails is a warning in the
+    run's output, never a failed run."""
+
+    textfile_dir: NoParentPath | None = Field(
+        default=None,
+        description="Folder of node-exporter's textfile collector; each run replaces "
+        "`<pipeline>.prom` there atomically. Absolute, or relative to the workdir.",
+    )
+    pushgateway_url_env: str | None = Field(
+        default=None,
+        description="Name of the environment variable holding the Pushgateway's URL (a URL can "
+        "carry credentials, so the spec never holds it); nothing is pushed when it is unset or "
+        "empty.",
+    )
+    job: Identifier = Field(
+        default="conveyor",
+        description="The Pushgateway job the metrics are pushed under (grouped by pipeline).",
     )
 
 
@@ -819,6 +953,10 @@ class RuntimeSpec(StrictModel):
         description="Name of the environment variable holding a URL that is POSTed a JSON "
         "alert when a run is blocked or fails (nothing is sent when it is unset or empty).",
     )
+    metrics: MetricsSpec = Field(
+        default=MetricsSpec(),
+        description="Prometheus metrics of each finished run: a textfile and/or a Pushgateway.",
+    )
     orchestrator: Orchestrator = Field(
         default=Orchestrator.LOCAL,
         description="`local` (conveyor run) or what `conveyor compile` writes: kubeflow, airflow.",
@@ -836,6 +974,12 @@ class RuntimeSpec(StrictModel):
         default=ConcurrencySpec(),
         description="One run of a pipeline at a time per workdir: what a run does while "
         "another holds the lock.",
+    )
+    log_format: LogFormat = Field(
+        default=LogFormat.TEXT,
+        description="How `conveyor run` and `backfill` print a run's events: `text` lines, or "
+        "`json`, one object per event (component started, finished, cached, failed; gate "
+        "decisions; push; the verdict) for log aggregators; `--log-format` overrides it.",
     )
 
     @field_validator("beam_args")
@@ -916,34 +1060,94 @@ DEFAULT_COMPONENTS = (
     "trainer",
     "baseline_resolver",
     "evaluator",
+    "infra_validator",
     "pusher",
 )
 
 
-class ComponentRef(StrictModel):
-    """One node of the pipeline: a registered component type and the node id it runs under."""
+# A team's TFX component by import path, `package.module.Name` (read at validation, never run).
+ComponentPath = Annotated[
+    str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+$")
+]
+# What an input reads: `node_id.output_name`, or a role (the last earlier node providing it).
+ChannelReference = Annotated[
+    str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?$")
+]
 
-    type: str = Field(
-        description="A registered component type (the table in pipelines/spec/components.py)."
+
+class ComponentRef(StrictModel):
+    """One node of the pipeline: a registered component `type`, or a team's TFX `component` by
+    import path, and the node id it runs under (see docs/user-code.md#custom-components)."""
+
+    type: str | None = Field(
+        default=None,
+        description="A registered component type (the table in pipelines/spec/components.py); "
+        "or give `component`.",
+    )
+    component: ComponentPath | None = Field(
+        default=None,
+        description="A team's TFX component instead of a `type`: a component class or an "
+        "`@component` function, by import path (`my_team.components.FilterExamples`). Its "
+        "inputs, outputs and parameters are read from its source at validation, without "
+        "running it.",
     )
     id: Identifier | None = Field(
         default=None,
-        description="Node id, unique in the pipeline (default: the type); lets a type appear "
-        "twice.",
+        description="Node id, unique in the pipeline (default: the type; required with "
+        "`component`); lets a type appear twice.",
+    )
+    params: dict[Identifier, Any] = Field(
+        default_factory=dict,
+        description="`component`: its execution parameters, by name.",
+    )
+    inputs: dict[Identifier, ChannelReference] = Field(
+        default_factory=dict,
+        description="Input name -> `node_id.output_name` of an earlier node (a built-in's "
+        "outputs are named after the roles it provides: `csv_example_gen.examples`), or a role "
+        "(the last earlier node providing it). Required for a `component`'s inputs; for a "
+        "`type`, overrides the role it would read.",
+    )
+    provides: dict[Identifier, Identifier] = Field(
+        default_factory=dict,
+        description="`component`: role -> output name, publishing the output under the role "
+        "for the nodes after it (`examples: filtered` makes the Trainer read it).",
     )
 
     @field_validator("type")
     @classmethod
-    def _registered(cls, value: str) -> str:
-        if value not in KNOWN_TYPES:
+    def _registered(cls, value: str | None) -> str | None:
+        if value is not None and value not in KNOWN_TYPES:
             raise ValueError(f"unknown component type {value!r} (known: {', '.join(KNOWN_TYPES)})")
         return value
 
     @model_validator(mode="after")
     def _default_id(self) -> ComponentRef:
+        if (self.type is None) == (self.component is None):
+            raise ValueError(
+                "a components[] entry names a registered `type` or a team's `component` (by "
+                "import path), exactly one of them"
+            )
+        if self.component is not None:
+            if self.id is None:
+                raise ValueError(f"component {self.component!r} needs an `id` (its node id)")
+            return self
+        for key in ("params", "provides"):
+            if getattr(self, key):
+                raise ValueError(
+                    f"`{key}` is for a team's `component`; a `type` {self.type!r} takes its "
+                    "settings from the spec's sections and provides the roles of its table row"
+                )
         if self.id is None:
             object.__setattr__(self, "id", self.type)
         return self
+
+
+class TransformSpec(StrictModel):
+    """TFX Transform with the team's `preprocessing_fn` (enabled by a `transform` component)."""
+
+    module: ModulePath = Field(
+        description="Module that defines `preprocessing_fn(inputs)`, by import path."
+    )
 
 
 class PipelineSpec(StrictModel):
@@ -961,6 +1165,11 @@ class PipelineSpec(StrictModel):
         description="The schema the data is checked against (curated file or inferred).",
     )
     trainer: TrainerSpec = Field(description="The model and its training.")
+    transform: TransformSpec | None = Field(
+        default=None,
+        description="TFX Transform's user module; needs a `transform` component and a "
+        "`trainer.module` with `run_fn` (unset: statistics-driven preprocessing in the trainer).",
+    )
     evaluation: EvaluationSpec = Field(description="The model gate: metrics and thresholds.")
     push: PushSpec = Field(description="Where a blessed model is published for TF Serving.")
     components: tuple[ComponentRef, ...] = Field(
@@ -988,12 +1197,29 @@ class PipelineSpec(StrictModel):
 
     @model_validator(mode="after")
     def _components_are_wired(self) -> PipelineSpec:
-        problem = check_wiring(self.components, self)
+        from pipelines.spec.custom_components import signatures_of
+
+        signatures, problem = signatures_of(self.components)
+        problem = problem or check_wiring(self.components, self, signatures)
         if problem:
             raise ValueError(problem)
         # Earlier spans join the window once their night's model is blessed: no evaluator, none.
         if self.data.window_spans > 1 and "evaluator" not in {c.type for c in self.components}:
             raise ValueError("data.window_spans above 1 needs an `evaluator` in `components`")
+        return self
+
+    @model_validator(mode="after")
+    def _transform_is_wired(self) -> PipelineSpec:
+        listed = "transform" in {c.type for c in self.components}
+        if listed and self.transform is None:
+            raise ValueError("a `transform` component needs `transform.module`")
+        if self.transform is not None and not listed:
+            raise ValueError("`transform` is set: list a `transform` component in `components`")
+        if self.transform is not None and self.trainer.module is None:
+            raise ValueError(
+                "`transform` needs `trainer.module` with a `run_fn`: Conveyor's own trainer "
+                "reads raw columns, not Transform's output"
+            )
         return self
 
     @model_validator(mode="after")

@@ -204,6 +204,7 @@ def _type(node: dict[str, Any], defs: dict[str, Any]) -> str:
         values = node.get("additionalProperties") or next(
             iter(node.get("patternProperties", {}).values()), {}
         )
+        values = values if isinstance(values, dict) else {}  # `true`: any value (dict[str, Any])
         keys = "identifier" if IDENTIFIER_PATTERN in node.get("patternProperties", {}) else "key"
         text = f"mapping of {keys} to {_type(values, defs) if values else 'any'}"
     elif kind == "string" and node.get("pattern") == IDENTIFIER_PATTERN:
@@ -254,7 +255,10 @@ def _component_section() -> list[str]:
         "What a spec's `components` list may name, from `pipelines/spec/components.py`. Nodes "
         "pass channels to each other by role: a node may only need roles that a node listed "
         "before it provides (`conveyor validate` names the component to add otherwise). A spec "
-        f"without `components` gets the reference chain: {chain}.",
+        f"without `components` gets the reference chain: {chain}. A built-in's outputs are "
+        "named after the roles it provides, so an entry's `inputs` can name them "
+        "(`csv_example_gen.examples`); an entry may also name a team's own TFX component by "
+        "import path (`component:`, see [user-code.md](user-code.md#custom-components)).",
         "",
         "| type | what it does | needs | provides | "
         + " | ".join(f"on {o.value.capitalize()}" for o in others)
