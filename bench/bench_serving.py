@@ -3,20 +3,27 @@
 For the penguin model (raw rows, the `serving_default` signature), at batch 1 and 64 rows and
 with 1 and 8 concurrent clients, it measures latency (p50, p99) and requests per second of:
 
-    in-process  N Python threads calling the loaded signature on ready-made tensors
-    server      N Python threads, each with its own httpx.Client (keep-alive), POSTing the
-                row-format JSON body to `python -m pipelines.serving.runtime` on 127.0.0.1
+    in-process  N Python threads of this process calling the signature on tensors built once,
+                through the same call the server makes (the function's flat call,
+                `Signature.prepared_call`), with no HTTP, JSON or conversion: a server with
+                zero overhead
+    server      `python -m pipelines.serving.runtime` on 127.0.0.1, driven by wrk (Debian's
+                `wrk`, C, one thread with N keep-alive connections) POSTing the row-format JSON
+                body of the same rows
 
-and prints the server's figures as ratios to the in-process ones. The load generator is this
-process (httpx clients in threads) on the same machine as the server, so on a small machine the
-two share the cores: the figures are what one machine does, client included.
+and prints the server's figures as ratios to the in-process ones, with the issue's floors: p50 at
+batch 1 within 3x the in-process call, and requests/s with 8 clients at least 60% of the
+in-process limit. Each cell is measured `--repeats` times (default 3), the in-process and server
+runs alternating which goes first, and the table shows medians with min-max. The load generator
+runs on the same machine as the server, so on a small machine they share the cores.
 
-The model is `--model-base-path` (default: .conveyor/serving/penguin, what `make
-pipeline-local` pushes); when there is none, the penguin pipeline is run once with the `ci`
-profile under the output directory first (about two minutes).
+wrk must be installed (`scripts/ensure_system_packages.sh wrk`). The model is
+`--model-base-path` (default: .conveyor/serving/penguin, what `make pipeline-local` pushes);
+when there is none, the penguin pipeline is run once with the `ci` profile under the output
+directory first (about two minutes).
 
-    .venv/bin/python bench/bench_serving.py [--seconds S] [--model-base-path DIR] [--json PATH]
-                                            [--out-dir DIR] [--keep]
+    .venv/bin/python bench/bench_serving.py [--seconds S] [--repeats N] [--model-base-path DIR]
+                                            [--json PATH] [--out-dir DIR] [--keep]
 
 This is a benchmark, not a test: it asserts nothing about speed, and exits non-zero only when a
 run fails.
@@ -27,9 +34,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shlex
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -49,6 +58,17 @@ ROW = {
     "body_mass_g": 4800.0,
 }
 STRING_FEATURES = ("island", "sex")
+WARM_UP_SECONDS = 1.0
+P50_FLOOR = 3.0  # server p50 at batch 1 at most this many times the in-process p50
+THROUGHPUT_FLOOR = 0.60  # server requests/s with 8 clients at least this share of in-process
+WRK_LUA = """\
+local f = io.open(os.getenv("BENCH_BODY"), "rb")
+wrk.method = "POST"
+wrk.body = f:read("*a")
+f:close()
+wrk.headers["Content-Type"] = "application/json"
+"""
+LOAD_GENERATOR = "wrk 4.1 (Debian), 1 thread, N keep-alive connections"
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -56,26 +76,25 @@ def _percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(round(q / 100 * (len(ordered) - 1))))]
 
 
-def _drive(clients: int, seconds: float, make_call) -> dict:
-    """Runs `clients` threads, each repeating its call (from `make_call()`) for `seconds` after
-    a short warm-up; returns p50/p99 in ms and requests per second."""
+def _drive(clients: int, seconds: float, call) -> dict:
+    """Runs `clients` threads, each repeating `call` for `seconds` after a short warm-up;
+    returns p50/p99 in ms and requests per second."""
     latencies: list[float] = []
     lock = threading.Lock()
-    start_at = time.monotonic() + 0.5  # the warm-up: calls before it are not counted
+    start_at = time.perf_counter() + 0.5  # the warm-up: calls before it are not counted
     stop_at = start_at + seconds
     errors: list[BaseException] = []
 
     def worker() -> None:
-        call = make_call()
         mine = []
         try:
             while True:
-                sent = time.monotonic()
+                sent = time.perf_counter()
                 if sent >= stop_at:
                     break
                 call()
                 if sent >= start_at:
-                    mine.append(time.monotonic() - sent)
+                    mine.append(time.perf_counter() - sent)
         except BaseException as err:  # reported after the threads end
             errors.append(err)
         with lock:
@@ -113,108 +132,206 @@ def _ensure_model(args: argparse.Namespace, out_root: Path) -> Path:
     return workdir / "serving" / "penguin"
 
 
-def _in_process(base_path: Path, seconds: float) -> dict:
-    import tensorflow as tf
+def _newest_version(base_path: Path) -> Path:
+    return max((p for p in base_path.iterdir() if p.name.isdigit()), key=lambda p: int(p.name))
 
-    version = max((p for p in base_path.iterdir() if p.name.isdigit()), key=lambda p: int(p.name))
-    signature = tf.saved_model.load(str(version)).signatures["serving_default"]
-    results = {}
-    for batch in BATCHES:
-        tensors = {
-            name: tf.constant([value] * batch, tf.string if name in STRING_FEATURES else tf.float32)
-            for name, value in ROW.items()
+
+class InProcess:
+    """The limit: the newest version loaded and warmed as the server loads it, its
+    `serving_default` signature run on tensors made once per batch size."""
+
+    def __init__(self, base_path: Path):
+        import tensorflow as tf
+
+        from pipelines.serving.runtime.servable import Servable
+
+        version = _newest_version(base_path)
+        servable = Servable.load("penguin", int(version.name), version)
+        servable.warm_up()
+        self._servable = servable  # keeps the variables the signature captures alive
+        self._signature = servable.signature("")
+        self._tensors = {
+            batch: {
+                name: tf.constant(
+                    [value] * batch, tf.string if name in STRING_FEATURES else tf.float32
+                )
+                for name, value in ROW.items()
+            }
+            for batch in BATCHES
         }
-        signature(**tensors)
-        for clients in CLIENTS:
-            results[(batch, clients)] = _drive(
-                clients, seconds, lambda t=tensors: lambda: signature(**t)
+
+    def measure(self, batch: int, clients: int, seconds: float) -> dict:
+        """One cell: `clients` threads calling the signature for `seconds`."""
+        return _drive(clients, seconds, self._signature.prepared_call(self._tensors[batch]))
+
+
+class Server:
+    """The model server in a process of its own, serving the base path on a free port."""
+
+    def __init__(self, base_path: Path, out_root: Path):
+        self._out_root = out_root
+        ready = out_root / "ready.json"
+        self.log_path = out_root / "server.log"
+        command = [
+            sys.executable,
+            *("-m", "pipelines.serving.runtime", "--model-name", "penguin"),
+            *("--model-base-path", str(base_path), "--port", "0", "--ready-file", str(ready)),
+        ]
+        env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "TF_USE_LEGACY_KERAS": "1"}
+        with open(self.log_path, "wb") as log:
+            self._process = subprocess.Popen(
+                command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=env
             )
-    return results
-
-
-def _server(base_path: Path, seconds: float, out_root: Path) -> dict:
-    import httpx
-
-    ready = out_root / "ready.json"
-    log_path = out_root / "server.log"
-    command = [
-        sys.executable,
-        "-m",
-        "pipelines.serving.runtime",
-        "--model-name",
-        "penguin",
-        "--model-base-path",
-        str(base_path),
-        "--port",
-        "0",
-        "--ready-file",
-        str(ready),
-    ]
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "TF_USE_LEGACY_KERAS": "1"}
-    with open(log_path, "wb") as log:
-        process = subprocess.Popen(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=env)
-    try:
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + 180
         while not ready.is_file():
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"the server did not start; see {log_path}")
+            if self._process.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"the server did not start; see {self.log_path}")
             time.sleep(0.1)
         port = json.loads(ready.read_text())["port"]
-        url = f"http://127.0.0.1:{port}/v1/models/penguin:predict"
-        results = {}
+        self.url = f"http://127.0.0.1:{port}/v1/models/penguin:predict"
+        self._script = out_root / "post.lua"
+        self._script.write_text(WRK_LUA)
+        self._bodies = {}
         for batch in BATCHES:
-            body = json.dumps({"instances": [ROW] * batch}).encode()
-            for clients in CLIENTS:
+            body = out_root / f"body-{batch}.json"
+            body.write_text(json.dumps({"instances": [ROW] * batch}))
+            self._bodies[batch] = body
 
-                def make_call(body=body):
-                    http = httpx.Client(timeout=60)
+    def measure(self, batch: int, clients: int, seconds: float) -> dict:
+        """One cell: wrk with `clients` connections for `seconds`."""
+        return self._wrk(batch, clients, seconds)
 
-                    def call() -> None:
-                        response = http.post(
-                            url, content=body, headers={"content-type": "application/json"}
-                        )
-                        response.raise_for_status()
+    def warm_up(self) -> None:
+        """A short run per batch size before anything is counted."""
+        for batch in BATCHES:
+            self._wrk(batch, max(CLIENTS), WARM_UP_SECONDS)
 
-                    return call
+    def _wrk(self, batch: int, clients: int, seconds: float) -> dict:
+        command = [
+            "wrk",
+            *("-t1", f"-c{clients}", f"-d{max(1, round(seconds))}s", "--latency"),
+            *("-s", str(self._script), self.url),
+        ]
+        env = {**os.environ, "BENCH_BODY": str(self._bodies[batch])}
+        done = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
+        if done.returncode != 0:
+            raise RuntimeError(f"wrk failed ({done.returncode}): {done.stderr.strip()}")
+        return _wrk_figures(done.stdout)
 
-                results[(batch, clients)] = _drive(clients, seconds, make_call)
-        return results
-    finally:
-        process.send_signal(signal.SIGTERM)
+    def stop(self) -> None:
+        """SIGTERM, then SIGKILL after 20 s."""
+        self._process.send_signal(signal.SIGTERM)
         try:
-            process.wait(timeout=20)
+            self._process.wait(timeout=20)
         except subprocess.TimeoutExpired:
-            process.kill()
+            self._process.kill()
+
+
+def _wrk_figures(report: str) -> dict:
+    """p50/p99 (ms), requests and requests/s from wrk's `--latency` report; a non-2xx answer
+    or a socket error is a failed run."""
+    problems = re.search(r"Non-2xx or 3xx responses: (\d+)", report)
+    if problems:
+        raise RuntimeError(f"the server answered {problems.group(1)} requests with an error")
+    errors = re.search(r"Socket errors: (.*)", report)
+    if errors:
+        raise RuntimeError(f"wrk: socket errors: {errors.group(1)}")
+    units = {"us": 1e-3, "ms": 1.0, "s": 1000.0, "m": 60000.0}
+
+    def latency(percent: str) -> float:
+        found = re.search(rf"^\s+{percent}%\s+([\d.]+)(us|ms|s|m)\s*$", report, re.MULTILINE)
+        if not found:
+            raise RuntimeError(f"no {percent}% line in wrk's report:\n{report}")
+        return float(found.group(1)) * units[found.group(2)]
+
+    requests = re.search(r"(\d+) requests in", report)
+    rate = re.search(r"Requests/sec:\s+([\d.]+)", report)
+    if not requests or not rate:
+        raise RuntimeError(f"cannot read wrk's report:\n{report}")
+    return {
+        "requests": int(requests.group(1)),
+        "p50_ms": latency("50"),
+        "p99_ms": latency("99"),
+        "requests_per_s": float(rate.group(1)),
+    }
+
+
+def _summary(runs: list[dict], key: str) -> dict:
+    values = [run[key] for run in runs]
+    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
+
+
+def _cell_figures(runs: list[dict]) -> dict:
+    return {key: _summary(runs, key) for key in ("p50_ms", "p99_ms", "requests_per_s")}
+
+
+def _spread(figure: dict, digits: int) -> str:
+    return f"{figure['median']:.{digits}f} ({figure['min']:.{digits}f}-{figure['max']:.{digits}f})"
 
 
 def _report(result: dict) -> str:
     lines = [
-        f"{'batch':>5} {'clients':>7} | {'in-process p50/p99 ms':>22} {'req/s':>8} | "
-        f"{'server p50/p99 ms':>18} {'req/s':>8} | {'p50 x':>6} {'p99 x':>6} {'req/s x':>7}"
+        f"{'batch':>5} {'clients':>7} | {'side':<10} | {'p50 ms':>20} | {'p99 ms':>20} | "
+        f"{'req/s':>17}",
     ]
     for cell in result["cells"]:
-        inside, server = cell["in_process"], cell["server"]
-        p50, p99 = server["p50_ms"] / inside["p50_ms"], server["p99_ms"] / inside["p99_ms"]
-        rate = server["requests_per_s"] / inside["requests_per_s"]
+        for side in ("in_process", "server"):
+            figures = cell[side]
+            lines.append(
+                f"{cell['batch']:>5} {cell['clients']:>7} | {side.replace('_', '-'):<10} | "
+                f"{_spread(figures['p50_ms'], 2):>20} | {_spread(figures['p99_ms'], 2):>20} | "
+                f"{_spread(figures['requests_per_s'], 0):>17}"
+            )
+        ratios = cell["ratios"]
         lines.append(
-            f"{cell['batch']:>5} {cell['clients']:>7} | "
-            f"{inside['p50_ms']:>10.2f}/{inside['p99_ms']:<11.2f} "
-            f"{inside['requests_per_s']:>8.0f} | "
-            f"{server['p50_ms']:>8.2f}/{server['p99_ms']:<9.2f} "
-            f"{server['requests_per_s']:>8.0f} | {p50:>6.1f} {p99:>6.1f} {rate:>7.2f}"
+            f"{'':>5} {'':>7} | {'ratio':<10} | {ratios['p50']:>19.2f}x | "
+            f"{ratios['p99']:>19.2f}x | {ratios['requests_per_s']:>16.2f}x"
         )
+    lines.append("")
     lines.append(
-        "ratios: server / in-process (latency above 1 is slower; req/s below 1 is fewer). "
-        f"Load generator: httpx clients in threads of the benchmark process; "
-        f"{result['seconds']:g} s per cell."
+        "medians (min-max) of "
+        f"{result['repeats']} runs of {result['seconds']:g} s per cell, in-process and server "
+        "alternating which goes first; ratios are server / in-process of the medians"
     )
+    lines.append(f"load generator: {result['load_generator']}")
+    lines.append(f"in-process limit: {result['in_process_limit']}")
+    for floor in result["floors"]:
+        verdict = "met" if floor["met"] else "MISSED"
+        lines.append(f"floor: {floor['what']}: {floor['value']:.2f} -> {verdict}")
     return "\n".join(lines)
+
+
+def _floors(cells: list[dict]) -> list[dict]:
+    floors = []
+    for cell in cells:
+        ratios = cell["ratios"]
+        if cell["batch"] == 1:
+            floors.append(
+                {
+                    "what": f"p50 at batch 1, {cell['clients']} client(s), server / in-process "
+                    f"<= {P50_FLOOR:g}",
+                    "value": ratios["p50"],
+                    "met": ratios["p50"] <= P50_FLOOR,
+                }
+            )
+        if cell["clients"] == max(CLIENTS):
+            floors.append(
+                {
+                    "what": f"req/s at batch {cell['batch']}, {cell['clients']} clients, "
+                    f"server / in-process >= {THROUGHPUT_FLOOR:g}",
+                    "value": ratios["requests_per_s"],
+                    "met": ratios["requests_per_s"] >= THROUGHPUT_FLOOR,
+                }
+            )
+    return floors
 
 
 def main(argv: list[str] | None = None) -> int:
     """Runs the benchmark and prints its table; 1 when a run fails."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=5.0, help="measured seconds per cell")
+    parser.add_argument("--repeats", type=int, default=3, help="runs per cell and side")
     parser.add_argument("--model-base-path", help="a penguin model base path to serve")
     parser.add_argument("--json", type=Path, help="also write the figures here")
     parser.add_argument("--out-dir", type=Path, help="work here instead of a temporary folder")
@@ -222,34 +339,79 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+    if shutil.which("wrk") is None:
+        print(
+            "error: wrk is not installed (scripts/ensure_system_packages.sh wrk)", file=sys.stderr
+        )
+        return 1
     print(f"command: {shlex.join(sys.orig_argv)}", flush=True)
+    print(f"cores: {os.cpu_count()}; load average at start: {os.getloadavg()}", flush=True)
     out_root = args.out_dir or Path(tempfile.mkdtemp(prefix="bench-serving-"))
     out_root.mkdir(parents=True, exist_ok=True)
+    runs: dict[tuple, dict[str, list[dict]]] = {
+        (batch, clients): {"in_process": [], "server": []}
+        for batch in BATCHES
+        for clients in CLIENTS
+    }
+    server = None
     try:
         base_path = _ensure_model(args, out_root)
         print(f"model: {base_path}", flush=True)
-        server = _server(base_path, args.seconds, out_root)
-        inside = _in_process(base_path, args.seconds)
+        sides = {"in_process": InProcess(base_path)}
+        server = sides["server"] = Server(base_path, out_root)
+        server.warm_up()
+        for repeat in range(args.repeats):
+            order = ("in_process", "server") if repeat % 2 == 0 else ("server", "in_process")
+            for (batch, clients), cell in runs.items():
+                for side in order:
+                    figures = sides[side].measure(batch, clients, args.seconds)
+                    cell[side].append(figures)
+                    print(
+                        f"run {repeat + 1}: batch {batch:>2}, {clients} client(s), "
+                        f"{side:<10}: p50 {figures['p50_ms']:.2f} ms, "
+                        f"{figures['requests_per_s']:.0f} req/s",
+                        flush=True,
+                    )
     except (RuntimeError, subprocess.CalledProcessError) as err:
         print(f"error: {err} (outputs kept under {out_root})", file=sys.stderr)
         return 1
-    result = {
-        "seconds": args.seconds,
-        "model": str(base_path),
-        "load_generator": "httpx.Client per thread, in the benchmark process",
-        "cells": [
+    finally:
+        if server is not None:
+            server.stop()
+    cells = []
+    for (batch, clients), cell in runs.items():
+        inside, served = _cell_figures(cell["in_process"]), _cell_figures(cell["server"])
+        cells.append(
             {
                 "batch": batch,
                 "clients": clients,
-                "in_process": inside[(batch, clients)],
-                "server": server[(batch, clients)],
+                "in_process": inside,
+                "server": served,
+                "ratios": {
+                    key: served[name]["median"] / inside[name]["median"]
+                    for key, name in (
+                        ("p50", "p50_ms"),
+                        ("p99", "p99_ms"),
+                        ("requests_per_s", "requests_per_s"),
+                    )
+                },
+                "runs": cell,
             }
-            for batch in BATCHES
-            for clients in CLIENTS
-        ],
+        )
+    result = {
+        "seconds": args.seconds,
+        "repeats": args.repeats,
+        "model": str(base_path),
+        "load_average_at_end": os.getloadavg(),
+        "load_generator": LOAD_GENERATOR,
+        "in_process_limit": "the same SavedModel's serving_default in this process, "
+        "N threads making the server's flat call (Signature.prepared_call) on tensors made once",
+        "cells": cells,
+        "floors": _floors(cells),
     }
     print()
     print(_report(result))
+    print(f"load average at end: {result['load_average_at_end']}")
     if args.json:
         args.json.write_text(json.dumps(result, indent=2) + "\n")
         print(f"\nJSON written to {args.json}")

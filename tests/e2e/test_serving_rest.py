@@ -12,6 +12,7 @@ label in the config, then restart the server on it.
 from __future__ import annotations
 
 import base64
+import json
 import os
 
 import numpy as np
@@ -20,6 +21,7 @@ from google.protobuf import text_format
 from prometheus_client.parser import text_string_to_metric_families
 
 from pipelines.serving.config import ServedModel, models_config
+from pipelines.serving.runtime.app import INLINE_BODY_BYTES
 from tests.half_plus_two import write_half_plus_two
 from tests.serving_server import serving, wait_for
 
@@ -239,6 +241,21 @@ def test_answers_equal_the_in_process_call(server, in_process):
     np.testing.assert_array_equal(
         np.asarray([[s for _, s in row] for row in answer["results"]], np.float32), scores
     )
+
+
+def test_a_batch_too_big_for_the_event_loop_is_answered_the_same(server, in_process):
+    # Bodies from INLINE_BODY_BYTES on are parsed and run in a worker thread, not on the event
+    # loop: the answer is the same, and the server goes on answering small ones after it.
+    import tensorflow as tf
+
+    rows = [[i / 7] for i in range(40_000)]
+    assert len(json.dumps({"instances": rows})) > INLINE_BODY_BYTES
+    answer = _ok(server.post(f"/v1/models/{MODEL}/versions/1:predict", {"instances": rows}))
+    expected = in_process[1]["serving_default"](x=tf.constant(rows))["y"].numpy()
+    np.testing.assert_array_equal(np.asarray(answer["predictions"], np.float32), expected)
+    assert _ok(server.post(f"/v1/models/{MODEL}/versions/1:predict", {"instances": [2.0]})) == {
+        "predictions": [3.0]
+    }
 
 
 # ----------------------------------------------------------------------------- classify, regress

@@ -33,6 +33,45 @@ def test_row_format_batches_instances_into_one_tensor_per_input():
     assert tensors["s"].tolist() == [b"x", b"y"]
 
 
+def _row_outcome(instances, dtypes):
+    """What _from_instances makes of rows: its tensors (dtype, shape, values) or its error."""
+    try:
+        tensors = jt._from_instances(instances, dtypes)
+    except ServingError as err:
+        return ("error", err.message)
+    return {n: (t.dtype, t.shape, [repr(v) for v in t.tolist()]) for n, t in tensors.items()}
+
+
+ROW_VALUES = (0, -1, 2**24 - 1, 2**24, 2**31, 2**53, 2**63, 2**64, 1.5, float("nan"))
+ROW_VALUES += (float("inf"), 3.5e38, 1e300, True, "a", "é", None, [1], {"b64": "YQ=="})
+ROW_DTYPES = (jt.DT_FLOAT, jt.DT_DOUBLE, jt.DT_INT32, jt.DT_INT64, jt.DT_UINT8, jt.DT_UINT64)
+ROW_DTYPES += (jt.DT_STRING, jt.DT_BOOL)
+
+
+def test_rows_of_scalars_take_a_fast_path_that_builds_and_refuses_as_the_general_one(
+    monkeypatch,
+):
+    # The fast path (_scalar_columns) must give the very tensors the general path gives, and
+    # hand everything it does not take to the general path, which words the error.
+    cases = []
+    for dtype in ROW_DTYPES:
+        for value in ROW_VALUES:
+            cases.append(([{"a": value, "s": "x"}, {"a": value, "s": "y"}], dtype))
+    cases.append(([{"a": 1.0, "s": "x"}, {"a": 1.0}], jt.DT_FLOAT))  # a key missing
+    cases.append(([{"a": 1.0, "s": "x", "z": 1}], jt.DT_FLOAT))  # a key too many
+    cases.append(([{"a": 1.0, "s": "x"}, [1.0, "y"]], jt.DT_FLOAT))  # a list among objects
+    fast_hits = 0
+    outcomes = []
+    for instances, dtype in cases:
+        dtypes = {"a": dtype, "s": jt.DT_STRING}
+        fast_hits += jt._scalar_columns(instances, dtypes) is not None
+        outcomes.append(_row_outcome(instances, dtypes))
+    monkeypatch.setattr(jt, "_scalar_columns", lambda instances, dtypes: None)
+    general = [_row_outcome(i, {"a": d, "s": jt.DT_STRING}) for i, d in cases]
+    assert outcomes == general
+    assert fast_hits >= 20  # the fast path did take the well-formed rows
+
+
 def test_columnar_format_takes_each_input_whole_and_scalars_too():
     tensors, fmt = jt.predict_inputs({"inputs": {"x": 2.5, "y": [[1.0]]}}, {"x": 1, "y": 1}, "")
     assert fmt == jt.COLUMNAR

@@ -5,7 +5,8 @@ or `conveyor serve`.
 - `json_tensor.py`: TF Serving's JSON mapping, request bodies to tensors and back;
 - `repository.py`: the models served, polled from their base paths (or a models.config) and
   swapped atomically;
-- `app.py`: the FastAPI application (REST paths, Prometheus metrics), `metrics.py` the metrics;
+- `app.py`: the ASGI application uvicorn serves (REST paths, Prometheus metrics);
+  `metrics.py` the metrics;
 - `server.py`: uvicorn, the polling thread and the ready file; `__main__.py` the command line.
 
 Nothing here is imported by `conveyor --help`: TensorFlow loads when the server starts.

@@ -1,21 +1,29 @@
-"""The HTTP side: a FastAPI application that answers TF Serving's REST API and serves the
+"""The HTTP side: an ASGI application that answers TF Serving's REST API and serves the
 Prometheus metrics.
 
 Paths are matched with TF Serving's own regular expressions
 (`tensorflow_serving/model_servers/http_rest_api_util.cc`), so the same URLs work and the same
-ones are refused ("Malformed request"). The work of a request (parsing, the signature call,
-writing the answer) runs in a worker thread, so the event loop keeps accepting requests while
-TensorFlow computes.
+ones are refused ("Malformed request").
+
+A request with a small body (under `INLINE_BODY_BYTES`: thousands of rows) is answered on the
+event loop's thread: for it, handing the work to a thread and back costs two thread wake-ups,
+more than its parsing and its signature call together, and TensorFlow releases the GIL while
+it computes, so the loop's thread is the fastest place to run it. A larger body is parsed and
+run in a worker thread, so one big batch does not hold up the requests behind it.
+
+The application is a bare ASGI callable rather than a web framework's router: it has two
+routes, and per request a framework's routing, request objects and dependency handling cost
+more than the whole HTTP exchange (`make bench-serving` measures what is left).
 """
 
 from __future__ import annotations
 
+import asyncio
+import os
 import re
 import time
+from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import unquote
-
-from fastapi import FastAPI, Request, Response
-from starlette.concurrency import run_in_threadpool
 
 from pipelines.serving.runtime import json_tensor
 from pipelines.serving.runtime.errors import ServingError, invalid_argument
@@ -112,36 +120,93 @@ class RestHandler:
         return servable.regress(doc)
 
 
+# Bodies from this size on are handled in a worker thread (see the module's docstring).
+INLINE_BODY_BYTES = 256 * 1024
+NOT_FOUND = b'{"detail":"Not Found"}'
+METHOD_NOT_ALLOWED = b'{"detail":"Method Not Allowed"}'
+REST_PREFIX = "/v1/"
+
+
 def build_app(
     repository: ModelRepository,
     metrics: ServerMetrics,
     monitoring_path: str = DEFAULT_MONITORING_PATH,
-) -> FastAPI:
-    """The application: `/v1/...` as TF Serving's REST API, and `monitoring_path` with the
-    metrics in Prometheus' text format."""
+):
+    """The ASGI application: `/v1/...` as TF Serving's REST API (any method: TF Serving
+    answers those it does not serve with "Malformed request"), and GET `monitoring_path` with
+    the metrics in Prometheus' text format; any other path is 404."""
     handler = RestHandler(repository, metrics)
-    app = FastAPI(
-        title="Conveyor model server",
-        description="TF Serving's REST API over SavedModels",
-        docs_url=None,
-        redoc_url=None,
-        openapi_url=None,
+    # Threads for the work of large requests (see the module's docstring).
+    workers = ThreadPoolExecutor(
+        max_workers=min(32, (os.cpu_count() or 1) + 4), thread_name_prefix="rest"
     )
 
-    @app.get(monitoring_path, include_in_schema=False)
-    def prometheus_metrics() -> Response:
-        from prometheus_client import CONTENT_TYPE_LATEST
+    async def app(scope, receive, send) -> None:
+        kind = scope["type"]
+        if kind == "lifespan":
+            await _lifespan(receive, send, workers)
+            return
+        if kind != "http":
+            return
+        path = scope["path"]
+        method = scope["method"]
+        if path == monitoring_path:
+            if method not in ("GET", "HEAD"):
+                await _respond(send, 405, METHOD_NOT_ALLOWED, JSON.encode())
+                return
+            from prometheus_client import CONTENT_TYPE_LATEST
 
-        return Response(metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
+            await _respond(send, 200, metrics.exposition(), CONTENT_TYPE_LATEST.encode())
+        elif path.startswith(REST_PREFIX):
+            body = await _read_body(receive)
+            # The path as sent: TF Serving matches before it percent-decodes names and labels.
+            raw = scope.get("raw_path") or path.encode()
+            if len(body) < INLINE_BODY_BYTES:
+                status, payload = handler.handle(method, raw.decode("latin-1"), body)
+            else:
+                status, payload = await asyncio.get_running_loop().run_in_executor(
+                    workers, handler.handle, method, raw.decode("latin-1"), body
+                )
+            await _respond(send, status, payload, JSON.encode())
+        else:
+            await _respond(send, 404, NOT_FOUND, JSON.encode())
 
-    async def rest(request: Request) -> Response:
-        body = await request.body()
-        # The path as sent: TF Serving matches before it percent-decodes names and labels.
-        raw = request.scope.get("raw_path") or request.url.path.encode()
-        status, payload = await run_in_threadpool(
-            handler.handle, request.method, raw.decode("latin-1"), body
-        )
-        return Response(payload, status_code=status, media_type=JSON)
-
-    app.add_api_route("/v1/{rest:path}", rest, methods=["GET", "POST"], include_in_schema=False)
     return app
+
+
+async def _read_body(receive) -> bytes:
+    chunks = []
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":  # http.disconnect: the client went away
+            break
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body", False):
+            break
+    return b"".join(chunks)
+
+
+async def _respond(send, status: int, payload: bytes, content_type: bytes) -> None:
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", content_type),
+                (b"content-length", str(len(payload)).encode()),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": payload})
+
+
+async def _lifespan(receive, send, workers: ThreadPoolExecutor) -> None:
+    """ASGI's lifespan protocol: nothing to start; the worker threads end at shutdown."""
+    while True:
+        message = await receive()
+        if message["type"] == "lifespan.startup":
+            await send({"type": "lifespan.startup.complete"})
+        elif message["type"] == "lifespan.shutdown":
+            workers.shutdown(wait=False)
+            await send({"type": "lifespan.shutdown.complete"})
+            return

@@ -74,6 +74,20 @@ _INT32_TYPES = (DT_INT32, DT_INT16, DT_INT8, DT_UINT8)
 # The largest integers a float or double holds exactly (json_tensor.cc's IsLosslessDecimal).
 _EXACT_INT = {DT_FLOAT: (1 << 24) - 1, DT_DOUBLE: (1 << 53) - 1}
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
+# For the fast path of row-format requests: the Python types a scalar of each dtype may have,
+# and the range an int must lie in (as `_scalar` checks them).
+_SCALAR_LIMITS = {
+    DT_FLOAT: ((float, int), -_EXACT_INT[DT_FLOAT], _EXACT_INT[DT_FLOAT]),
+    DT_DOUBLE: ((float, int), -_EXACT_INT[DT_DOUBLE], _EXACT_INT[DT_DOUBLE]),
+    DT_INT32: ((int,), -(1 << 31), (1 << 31) - 1),
+    DT_INT16: ((int,), -(1 << 31), (1 << 31) - 1),
+    DT_INT8: ((int,), -(1 << 31), (1 << 31) - 1),
+    DT_UINT8: ((int,), -(1 << 31), (1 << 31) - 1),
+    DT_INT64: ((int,), -(1 << 63), (1 << 63) - 1),
+    DT_UINT32: ((int,), 0, (1 << 32) - 1),
+    DT_UINT64: ((int,), 0, (1 << 64) - 1),
+    DT_BOOL: ((bool,), 0, 1),
+}
 
 
 def dtype_name(dtype: int) -> str:
@@ -295,6 +309,9 @@ def predict_inputs(
 
 def _from_instances(instances: list, input_dtypes: Mapping[str, int]) -> dict[str, np.ndarray]:
     """FillTensorMapFromInstancesList: one row per element, batched into one tensor each."""
+    columns = _scalar_columns(instances, input_dtypes)
+    if columns is not None:
+        return columns
 
     def is_object(value: Any) -> bool:
         return isinstance(value, dict) and not _is_base64(value)
@@ -361,6 +378,54 @@ def _from_instances(instances: list, input_dtypes: Mapping[str, int]) -> dict[st
     return {
         name: _array([count, *shapes[name]], values[name], input_dtypes[name]) for name in shapes
     }
+
+
+def _scalar_columns(
+    instances: list, input_dtypes: Mapping[str, int]
+) -> dict[str, np.ndarray] | None:
+    """The common case of `_from_instances` at a fraction of its cost: every element an object
+    with exactly the signature's inputs, each a scalar its dtype takes as it is (a string for
+    DT_STRING; a float, or an int it holds exactly, for DT_FLOAT and DT_DOUBLE; an int in range
+    for the integer types; a bool for DT_BOOL). The tensors are the ones the general path
+    builds; None when any element is otherwise, and the general path then checks it and words
+    its error."""
+    width = len(input_dtypes)
+    if width == 1 and BASE64_KEY in input_dtypes:
+        return None  # {"b64": ...} is a value, not an object: the general path's business
+    columns: dict[str, list] = {name: [] for name in input_dtypes}
+    for element in instances:
+        if type(element) is not dict or len(element) != width:
+            return None
+        for name, value in element.items():
+            column = columns.get(name)
+            if column is None:
+                return None
+            column.append(value)
+    tensors = {}
+    for name, values in columns.items():
+        dtype = input_dtypes[name]
+        if dtype == DT_STRING:
+            if not all(type(v) is str for v in values):
+                return None
+            array = np.empty(len(values), dtype=object)
+            array[:] = [v.encode("utf-8") for v in values]
+            tensors[name] = array
+            continue
+        limits = _SCALAR_LIMITS.get(dtype)
+        if limits is None:
+            return None
+        kinds, low, high = limits
+        for value in values:
+            kind = type(value)
+            if kind not in kinds:
+                return None
+            if kind is int and not low <= value <= high:
+                return None
+            if kind is float and dtype == DT_FLOAT and abs(value) > _FLOAT32_MAX:
+                if math.isfinite(value):
+                    return None
+        tensors[name] = np.asarray(values, dtype=NUMPY_DTYPES[dtype])
+    return tensors
 
 
 def _from_inputs(inputs: Any, input_dtypes: Mapping[str, int]) -> dict[str, np.ndarray]:

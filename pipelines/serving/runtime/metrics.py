@@ -75,6 +75,7 @@ class ServerMetrics:
             ("model",),
             registry=self.registry,
         )
+        self._request_children: dict[tuple, tuple] = {}
 
     def observe_request(
         self,
@@ -86,11 +87,23 @@ class ServerMetrics:
         seconds: float,
     ) -> None:
         """Records one answered request."""
-        labels = (model, version, signature, method, str(status))
-        self.requests.labels(*labels).inc()
-        if status >= 400:
-            self.errors.labels(*labels).inc()
-        self.latency.labels(model, version, signature, method).observe(seconds)
+        key = (model, version, signature, method, status)
+        children = self._request_children.get(key)
+        if children is None:
+            # A label set's children looked up once: `labels()` checks and hashes its
+            # arguments on every call. The set is bounded (see the module's docstring).
+            labels = (model, version, signature, method, str(status))
+            children = (
+                self.requests.labels(*labels),
+                self.errors.labels(*labels) if status >= 400 else None,
+                self.latency.labels(model, version, signature, method),
+            )
+            self._request_children[key] = children
+        requests, errors, latency = children
+        requests.inc()
+        if errors is not None:
+            errors.inc()
+        latency.observe(seconds)
 
     def exposition(self) -> bytes:
         """The registry in Prometheus' text format."""

@@ -13,8 +13,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -39,32 +38,99 @@ class LoadError(Exception):
     """A version that could not be loaded or warmed (the message says why)."""
 
 
-@dataclass(frozen=True)
 class Signature:
-    """One signature: its SignatureDef (TF Serving's view) and the function that runs it."""
+    """One signature: its SignatureDef (TF Serving's view) and the function that runs it.
 
-    name: str
-    definition: Any  # meta_graph_pb2.SignatureDef
-    function: Any  # the loaded ConcreteFunction
+    What every request needs from the signature (its input dtypes, the order the function takes
+    its inputs in, their declared shapes, the captured variables) is worked out once here, so a
+    request converts its arrays and makes one flat call of the function, as TF Serving makes one
+    `Session::Run`, without the keyword binding and input-spec matching of the structured call.
+    """
 
-    @property
-    def input_dtypes(self) -> dict[str, int]:
-        """Input name -> TensorFlow DataType number, from the SignatureDef."""
-        return {name: info.dtype for name, info in self.definition.inputs.items()}
+    def __init__(self, name: str, definition: Any, function: Any):
+        import tensorflow as tf
+
+        self.name = name
+        self.definition = definition  # meta_graph_pb2.SignatureDef
+        self.function = function  # the loaded ConcreteFunction
+        #: Input name -> TensorFlow DataType number, from the SignatureDef.
+        self.input_dtypes = {name: info.dtype for name, info in definition.inputs.items()}
+        self._tf_dtypes = {name: tf.as_dtype(dtype) for name, dtype in self.input_dtypes.items()}
+        self._flat_inputs = self._flat_input_specs(tf)
+
+    def _flat_input_specs(self, tf) -> tuple[tuple[str, tuple], ...] | None:
+        """(name, declared shape) of each input in the order the function's flat call takes
+        them, or None when the function is not a plain keyword-only signature of the
+        SignatureDef's inputs (then every call takes the structured path)."""
+        if not hasattr(self.function, "_call_flat"):
+            return None
+        try:
+            args, kwargs = self.function.structured_input_signature
+        except (AttributeError, TypeError, ValueError):
+            return None
+        if args or not isinstance(kwargs, dict) or set(kwargs) != set(self.input_dtypes):
+            return None
+        specs = []
+        for name in sorted(kwargs):  # tf.nest flattens a dict in key order
+            spec = kwargs[name]
+            if not isinstance(spec, tf.TensorSpec) or spec.dtype != self._tf_dtypes[name]:
+                return None
+            dims = None if spec.shape.rank is None else tuple(spec.shape.as_list())
+            specs.append((name, dims))
+        return tuple(specs)
 
     def call(self, feeds: Mapping[str, Any]) -> dict[str, np.ndarray]:
         """Runs the signature once on `feeds` (name -> array) and returns its outputs."""
         import tensorflow as tf
 
         try:
-            tensors = {
-                name: tf.constant(value, dtype=tf.as_dtype(self.definition.inputs[name].dtype))
-                for name, value in feeds.items()
-            }
-            outputs = self.function(**tensors)
+            if self._fits_flat_call(feeds):
+                # In the flat call's order; the function's captured variables follow.
+                flat = [
+                    tf.constant(feeds[name], dtype=self._tf_dtypes[name])
+                    for name, _ in self._flat_inputs
+                ]
+                outputs = self.function._call_flat(flat, self.function.captured_inputs)
+            else:
+                outputs = self.function(
+                    **{
+                        name: tf.constant(value, dtype=self._tf_dtypes.get(name))
+                        for name, value in feeds.items()
+                    }
+                )
         except (tf.errors.OpError, TypeError, ValueError) as err:
             raise from_tensorflow(err) from None
         return {name: tensor.numpy() for name, tensor in outputs.items()}
+
+    def prepared_call(self, tensors: Mapping[str, Any]) -> Callable[[], Mapping[str, Any]]:
+        """A call of the function on these ready-made tensors (name -> tf.Tensor), returning
+        its output tensors by name: the flat call `call` makes, with everything `call` does
+        around it (conversion, checks, reading the outputs) done once here. What a server with
+        no overhead at all would do per request; the benchmark's limit."""
+        if not self._fits_flat_call(tensors):
+            return lambda: self.function(**tensors)
+        flat = [tensors[name] for name, _ in self._flat_inputs]
+        function, captured = self.function, self.function.captured_inputs
+        return lambda: function._call_flat(flat, captured)
+
+    def _fits_flat_call(self, values: Mapping[str, Any]) -> bool:
+        """Whether `values` (arrays or tensors by name) are exactly the signature's inputs,
+        each of its declared shape. When not, the structured call is made instead, and raises
+        the error TensorFlow words for a missing, extra or misshapen input."""
+        specs = self._flat_inputs
+        if specs is None or len(values) != len(specs):
+            return False
+        for name, dims in specs:
+            if name not in values:
+                return False
+            if dims is None:
+                continue
+            shape = tuple(np.shape(values[name]))
+            if len(shape) != len(dims) or any(
+                d is not None and d != s for d, s in zip(dims, shape, strict=True)
+            ):
+                return False
+        return True
 
 
 def _meta_graph(path: Path) -> Any:

@@ -98,6 +98,9 @@ def serve(options: ServerOptions) -> int:
         log_level="warning",
         access_log=False,
         timeout_graceful_shutdown=5,
+        # Clients talk to the server directly: no X-Forwarded-* headers to interpret, and no
+        # middleware to pass each request through.
+        proxy_headers=False,
         # httptools and uvloop where installed; the pure-Python h11 and asyncio otherwise.
         http="auto",
         loop="auto",
