@@ -73,3 +73,17 @@ def run_artifacts(store, run_id: str, type_name: str) -> list:
     """The artifacts of one type in a run's ML Metadata context (its pipeline_run), by run id."""
     context = store.get_context_by_type_and_name("pipeline_run", run_id)
     return [a for a in store.get_artifacts_by_context(context.id) if a.type == type_name]
+
+
+def penguin_ci_run(workdir: Path):
+    """Writes penguin's demo data under `workdir` and runs the pipeline once with the `ci`
+    profile, as a cron night would; returns the run's RunPaths and its RunResult."""
+    from pipelines import cli
+    from pipelines.ops import nightly
+    from pipelines.paths import RunPaths
+    from pipelines.spec.loading import load_spec
+
+    assert cli.main(["data", "penguin", "--workdir", str(workdir)]) == 0
+    loaded = load_spec("penguin", env="ci", workdir=workdir)
+    result = nightly.run(loaded, workdir, echo=lambda _: None)
+    return RunPaths(workdir=workdir, spec=loaded.spec), result

@@ -30,9 +30,7 @@ TFX's own Parquet TFXIO. The tf.Examples stay the artifact's payload for every o
 from __future__ import annotations
 
 import bisect
-import glob
 import hashlib
-import json
 import os
 import queue
 import threading
@@ -45,13 +43,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 from absl import logging
-from google.protobuf import json_format, struct_pb2
-from tfx.components.util import examples_utils
 from tfx.dsl.components.base import base_beam_executor
-from tfx.proto import example_gen_pb2
-from tfx.types import artifact_utils, standard_component_specs
-from tfx.utils import proto_utils
 
+from components.arrow_example_gen import splits
 from components.csv_input import checks
 from components.csv_input.checks import CsvInputError
 
@@ -62,12 +56,6 @@ from components.csv_input.checks import CsvInputError
 BLOCK_BYTES = 4 << 20
 SHARD_BYTES = 64 << 20  # input bytes per output file of a split
 MAX_SHARDS = 8
-FILE_PREFIX = "data_tfrecord"  # as TFX's write_split names ExampleGen output
-COLUMNAR_DIR = "conveyor_columnar"  # under the Examples artifact's uri
-COLUMNAR_PREFIX = "data_parquet"
-# Set on the Examples artifact when the Parquet copy is complete: the relative pattern of each
-# split's files, as JSON (the form of TFX's own custom split patterns).
-COLUMNAR_PROPERTY = "conveyor_columnar_split_patterns"
 SKIPPED_ROWS_PROPERTY = "conveyor_skipped_rows"
 BAD_ROWS_OPTION = "bad_rows"
 REQUIRED_COLUMNS_OPTION = "required_columns"  # column -> what in the spec names it
@@ -275,17 +263,6 @@ def decoded_schema(plan: CsvSurvey) -> pa.Schema:
     return pa.schema([(name, _DECODED_TYPES[plan.types[name]]) for name in sorted(plan.columns)])
 
 
-def as_decoded(lists: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
-    """A block's per-row lists in the decoder's layout (see decoded_schema)."""
-    columns = [
-        pa.nulls(lists.num_rows)
-        if field_.type == pa.null()
-        else lists.column(field_.name).cast(field_.type)
-        for field_ in schema
-    ]
-    return pa.RecordBatch.from_arrays(columns, schema=schema)
-
-
 def encode_blocks(
     paths: list[str], plan: CsvSurvey, skip_bad_rows: bool
 ) -> Iterator[tuple[pa.RecordBatch, dict[str, pa.Array], pa.RecordBatch, list[bytes]]]:
@@ -377,18 +354,6 @@ def read_ahead(blocks: Iterator[_Block]) -> Iterator[_Block]:
         producer.join()
 
 
-def csv_files(input_base: str, pattern: str) -> list[str]:
-    """The files matching `pattern` under `input_base`, sorted so every run reads one order.
-
-    Raises:
-      CsvInputError: when nothing matches, naming the pattern, before any output is written.
-    """
-    paths = sorted(p for p in glob.glob(os.path.join(input_base, pattern)) if os.path.isfile(p))
-    if not paths:
-        raise CsvInputError(f"no files match {os.path.join(input_base, pattern)}")
-    return paths
-
-
 def shard_count(paths: list[str]) -> int:
     """Output files per split: one per SHARD_BYTES of input, at most MAX_SHARDS."""
     size = sum(os.path.getsize(p) for p in paths)
@@ -412,77 +377,27 @@ def write_splits(
     rows also go to Parquet shards there, in the order of the TFRecord shard of the same number.
     `required`: columns the header must have (column -> what in the spec names it).
     """
-    import pyarrow.parquet as pq
-    import tensorflow as tf
-
     plan = survey(paths, skip_bad_rows, required)
     if split_key and split_key not in plan.columns:
         raise CsvInputError(
             f"data.split_key: column {split_key!r} is not in {paths[0]} "
             f"(columns: {', '.join(plan.columns)})"
         )
-    options = tf.io.TFRecordOptions(compression_type="GZIP", compression_level=compression_level)
+    blocks = (
+        (assign_splits(batch, typed, plan.types, buckets, split_key), records, lists)
+        for batch, typed, lists, records in read_ahead(encode_blocks(paths, plan, skip_bad_rows))
+    )
     # A gzip file cannot be split, so each is one unit of work for a reader: several shards
     # let StatisticsGen's (and the Trainer's) readers work in parallel on big inputs.
-    shards = shard_count(paths)
-    schema = decoded_schema(plan)
-    counts = [0] * len(split_dirs)
-    writers, parquet_writers = [], []
-    for directory in split_dirs:
-        os.makedirs(directory, exist_ok=True)
-        writers.append(
-            [
-                tf.io.TFRecordWriter(
-                    os.path.join(directory, f"{FILE_PREFIX}-{i:05d}-of-{shards:05d}.gz"), options
-                )
-                for i in range(shards)
-            ]
-        )
-    for directory in columnar_dirs or []:
-        os.makedirs(directory, exist_ok=True)
-        parquet_writers.append(
-            [
-                pq.ParquetWriter(
-                    os.path.join(directory, f"{COLUMNAR_PREFIX}-{i:05d}-of-{shards:05d}.parquet"),
-                    schema,
-                    compression="snappy",
-                )
-                for i in range(shards)
-            ]
-        )
-    try:
-        for block, (batch, typed, lists, records) in enumerate(
-            read_ahead(encode_blocks(paths, plan, skip_bad_rows))
-        ):
-            split_of_row = assign_splits(batch, typed, plan.types, buckets, split_key)
-            shard = block % shards  # whole blocks per shard: deterministic for the same input
-            for split, record in zip(split_of_row.tolist(), records, strict=True):
-                writers[split][shard].write(record)
-            if parquet_writers:
-                decoded = as_decoded(lists, schema)
-                for split, split_writers in enumerate(parquet_writers):
-                    rows = decoded.filter(pa.array(split_of_row == split))
-                    if rows.num_rows:  # each block is one row group: one unit for a reader
-                        split_writers[shard].write_batch(rows)
-            per_split = np.bincount(split_of_row, minlength=len(writers))
-            counts = [c + int(n) for c, n in zip(counts, per_split, strict=True)]
-    finally:
-        for split_writers in [*writers, *parquet_writers]:
-            for writer in split_writers:
-                writer.close()
+    counts = splits.write_blocks(
+        blocks,
+        split_dirs,
+        shard_count(paths),
+        decoded_schema(plan),
+        columnar_dirs,
+        compression_level,
+    )
     return counts, plan
-
-
-def executor_options(custom_config_json: str | None) -> dict[str, Any]:
-    """The options ArrowCsvExampleGen packed into ExampleGen's CustomConfig (a Struct)."""
-    if not custom_config_json:
-        return {}
-    custom_config = example_gen_pb2.CustomConfig()
-    proto_utils.json_to_proto(custom_config_json, custom_config)
-    options = struct_pb2.Struct()
-    if not custom_config.custom_config.Unpack(options):
-        return {}
-    return json_format.MessageToDict(options)
 
 
 class Executor(base_beam_executor.BaseBeamExecutor):
@@ -500,47 +415,17 @@ class Executor(base_beam_executor.BaseBeamExecutor):
             a missing required column or `split_key`, or a malformed row not skipped.
         """
         self._log_startup(input_dict, output_dict, exec_properties)
-        input_config = example_gen_pb2.Input()
-        proto_utils.json_to_proto(
-            exec_properties[standard_component_specs.INPUT_CONFIG_KEY], input_config
-        )
-        output_config = example_gen_pb2.Output()
-        proto_utils.json_to_proto(
-            exec_properties[standard_component_specs.OUTPUT_CONFIG_KEY], output_config
-        )
-        if len(input_config.splits) != 1 or not output_config.split_config.splits:
-            raise CsvInputError(
-                "the Arrow CSV reader takes one input pattern and hash-bucket output splits"
-            )
-        config = executor_options(exec_properties.get(standard_component_specs.CUSTOM_CONFIG_KEY))
-        examples = artifact_utils.get_single_instance(
-            output_dict[standard_component_specs.EXAMPLES_KEY]
-        )
-        split_config = output_config.split_config
-        names = [s.name for s in split_config.splits]
-        buckets = list(np.cumsum([s.hash_buckets for s in split_config.splits]))
-        examples.split_names = artifact_utils.encode_split_names(names)
-        paths = csv_files(
-            exec_properties[standard_component_specs.INPUT_BASE_KEY],
-            input_config.splits[0].pattern,
-        )
-        columnar = {name: os.path.join(COLUMNAR_DIR, f"Split-{name}") for name in names}
+        output = splits.split_output(output_dict, exec_properties, "the Arrow CSV reader")
         counts, plan = write_splits(
-            paths,
-            [artifact_utils.get_split_uri([examples], name) for name in names],
-            buckets,
-            split_config.partition_feature_name or None,
-            skip_bad_rows=config.get(BAD_ROWS_OPTION) == "skip",
-            columnar_dirs=[os.path.join(examples.uri, columnar[name]) for name in names],
-            required=config.get(REQUIRED_COLUMNS_OPTION) or None,
+            splits.matching_files(output.input_base, output.pattern),
+            output.split_dirs,
+            output.buckets,
+            output.split_key,
+            skip_bad_rows=output.options.get(BAD_ROWS_OPTION) == "skip",
+            columnar_dirs=output.columnar_dirs,
+            required=output.options.get(REQUIRED_COLUMNS_OPTION) or None,
         )
         for problem in plan.skipped:
             logging.warning("skipped a malformed row: %s", problem)
-        examples.set_int_custom_property(SKIPPED_ROWS_PROPERTY, len(plan.skipped))
-        examples_utils.set_payload_format(examples, example_gen_pb2.FORMAT_TF_EXAMPLE)
-        # Set last: only a copy written to the end is ever read in place of the tf.Examples.
-        examples.set_string_custom_property(
-            COLUMNAR_PROPERTY,
-            json.dumps({name: os.path.join(path, "*") for name, path in columnar.items()}),
-        )
-        logging.info("wrote %s examples to splits %s", counts, names)
+        output.examples.set_int_custom_property(SKIPPED_ROWS_PROPERTY, len(plan.skipped))
+        output.publish(counts)

@@ -25,7 +25,8 @@ from tfx.types import standard_component_specs
 from tfx.utils import io_utils, proto_utils
 from tfx_bsl.coders import csv_decoder
 
-from components.arrow_example_gen.executor import REQUIRED_COLUMNS_OPTION, executor_options
+from components.arrow_example_gen.executor import REQUIRED_COLUMNS_OPTION
+from components.arrow_example_gen.splits import executor_options
 from components.csv_input import checks
 from components.csv_input.checks import CsvInputError
 

@@ -25,9 +25,7 @@ stop the run with one paragraph naming the file and column.
 from __future__ import annotations
 
 import bisect
-import glob
 import hashlib
-import json
 import os
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -37,27 +35,17 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from absl import logging
-from tfx.components.util import examples_utils
 from tfx.dsl.components.base import base_beam_executor
-from tfx.proto import example_gen_pb2
-from tfx.types import artifact_utils, standard_component_specs
-from tfx.utils import proto_utils
 
+from components.arrow_example_gen import splits
 from components.arrow_example_gen.executor import (
-    COLUMNAR_DIR,
-    COLUMNAR_PREFIX,
-    COLUMNAR_PROPERTY,
-    FILE_PREFIX,
     FLOAT,
     INT,
     REQUIRED_COLUMNS_OPTION,
     STRING,
     UNKNOWN,
     CsvSurvey,
-    as_decoded,
     decoded_schema,
-    executor_options,
     read_ahead,
     shard_count,
     tfx_partition_keys,
@@ -150,7 +138,7 @@ def read_columns(paths: list[str], required: dict[str, str] | None = None) -> Pa
                 f"{path}: its columns differ from {paths[0]}'s: {_describe(found)} against "
                 f"{_describe(first)}; every file of an input must have the same columns."
             )
-    assert first is not None  # parquet_files never returns an empty list
+    assert first is not None  # splits.matching_files never returns an empty list
     for column, key in (required or {}).items():
         if column not in first.kinds:
             raise ParquetInputError(
@@ -165,18 +153,6 @@ def _describe(columns: ParquetColumns) -> str:
         f"{name} ({_KIND_NAMES[kind]}{' list' if name in columns.lists else ''})"
         for name, kind in columns.kinds.items()
     )
-
-
-def parquet_files(input_base: str, pattern: str) -> list[str]:
-    """The files matching `pattern` under `input_base`, sorted so every run reads one order.
-
-    Raises:
-      ParquetInputError: when nothing matches, naming the pattern.
-    """
-    paths = sorted(p for p in glob.glob(os.path.join(input_base, pattern)) if os.path.isfile(p))
-    if not paths:
-        raise ParquetInputError(f"no files match {os.path.join(input_base, pattern)}")
-    return paths
 
 
 def feature_lists(values: pa.Array, kind: int, is_list: bool, name: str, path: str) -> pa.Array:
@@ -333,59 +309,19 @@ def write_splits(
 ) -> list[int]:
     """Reads the Parquet files and writes each split's gzipped TFRecord shards (and, with
     `columnar_dirs`, their Parquet copy in the decoder's layout); returns rows per split."""
-    import tensorflow as tf
-
     columns = read_columns(paths, required)
     if split_key and split_key not in columns.kinds:
         raise ParquetInputError(
             f"data.split_key: column {split_key!r} is not in {paths[0]} "
             f"(columns: {', '.join(columns.kinds)})"
         )
-    options = tf.io.TFRecordOptions(compression_type="GZIP", compression_level=compression_level)
-    shards = shard_count(paths)
-    schema = columns.decoded
-    writers, parquet_writers = [], []
-    for directory in split_dirs:
-        os.makedirs(directory, exist_ok=True)
-        writers.append(
-            [
-                tf.io.TFRecordWriter(
-                    os.path.join(directory, f"{FILE_PREFIX}-{i:05d}-of-{shards:05d}.gz"), options
-                )
-                for i in range(shards)
-            ]
-        )
-    for directory in columnar_dirs or []:
-        os.makedirs(directory, exist_ok=True)
-        parquet_writers.append(
-            [
-                pq.ParquetWriter(
-                    os.path.join(directory, f"{COLUMNAR_PREFIX}-{i:05d}-of-{shards:05d}.parquet"),
-                    schema,
-                    compression="snappy",
-                )
-                for i in range(shards)
-            ]
-        )
-    counts = [0] * len(split_dirs)
-    try:
-        for block, (lists, records) in enumerate(read_ahead(encode_batches(paths, columns))):
-            split_of_row = split_of_rows(lists, records, columns, buckets, split_key)
-            shard = block % shards
-            for split, record in zip(split_of_row.tolist(), records, strict=True):
-                writers[split][shard].write(record)
-            if parquet_writers:
-                decoded = as_decoded(lists, schema)
-                for split, split_writers in enumerate(parquet_writers):
-                    rows = decoded.filter(pa.array(split_of_row == split))
-                    if rows.num_rows:
-                        split_writers[shard].write_batch(rows)
-            per_split = np.bincount(split_of_row, minlength=len(writers))
-            counts = [c + int(n) for c, n in zip(counts, per_split, strict=True)]
-    finally:
-        for split_writers in [*writers, *parquet_writers]:
-            for writer in split_writers:
-                writer.close()
+    blocks = (
+        (split_of_rows(lists, records, columns, buckets, split_key), records, lists)
+        for lists, records in read_ahead(encode_batches(paths, columns))
+    )
+    counts = splits.write_blocks(
+        blocks, split_dirs, shard_count(paths), columns.decoded, columnar_dirs, compression_level
+    )
     if not sum(counts):
         raise ParquetInputError(f"{', '.join(paths)}: no rows")
     return counts
@@ -403,41 +339,15 @@ class Executor(base_beam_executor.BaseBeamExecutor):
             files, files a tf.Example cannot hold, a missing required column or `split_key`.
         """
         self._log_startup(input_dict, output_dict, exec_properties)
-        input_config = example_gen_pb2.Input()
-        proto_utils.json_to_proto(
-            exec_properties[standard_component_specs.INPUT_CONFIG_KEY], input_config
+        output = splits.split_output(
+            output_dict, exec_properties, "the Parquet reader", ParquetInputError
         )
-        output_config = example_gen_pb2.Output()
-        proto_utils.json_to_proto(
-            exec_properties[standard_component_specs.OUTPUT_CONFIG_KEY], output_config
-        )
-        if len(input_config.splits) != 1 or not output_config.split_config.splits:
-            raise ParquetInputError(
-                "the Parquet reader takes one input pattern and hash-bucket output splits"
-            )
-        config = executor_options(exec_properties.get(standard_component_specs.CUSTOM_CONFIG_KEY))
-        examples = artifact_utils.get_single_instance(
-            output_dict[standard_component_specs.EXAMPLES_KEY]
-        )
-        split_config = output_config.split_config
-        names = [s.name for s in split_config.splits]
-        examples.split_names = artifact_utils.encode_split_names(names)
-        paths = parquet_files(
-            exec_properties[standard_component_specs.INPUT_BASE_KEY],
-            input_config.splits[0].pattern,
-        )
-        columnar = {name: os.path.join(COLUMNAR_DIR, f"Split-{name}") for name in names}
         counts = write_splits(
-            paths,
-            [artifact_utils.get_split_uri([examples], name) for name in names],
-            list(np.cumsum([s.hash_buckets for s in split_config.splits])),
-            split_config.partition_feature_name or None,
-            columnar_dirs=[os.path.join(examples.uri, columnar[name]) for name in names],
-            required=config.get(REQUIRED_COLUMNS_OPTION) or None,
+            splits.matching_files(output.input_base, output.pattern, ParquetInputError),
+            output.split_dirs,
+            output.buckets,
+            output.split_key,
+            columnar_dirs=output.columnar_dirs,
+            required=output.options.get(REQUIRED_COLUMNS_OPTION) or None,
         )
-        examples_utils.set_payload_format(examples, example_gen_pb2.FORMAT_TF_EXAMPLE)
-        examples.set_string_custom_property(
-            COLUMNAR_PROPERTY,
-            json.dumps({name: os.path.join(path, "*") for name, path in columnar.items()}),
-        )
-        logging.info("wrote %s examples to splits %s", counts, names)
+        output.publish(counts)

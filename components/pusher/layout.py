@@ -74,7 +74,7 @@ def _fsync_tree(root: str) -> None:
         fsync_dir(folder)
 
 
-def fsync_dir(folder: str) -> None:
+def fsync_dir(folder: str | os.PathLike) -> None:
     """Flushes a folder's entries (a rename or a removal in it) to disk."""
     fd = os.open(folder, os.O_RDONLY)
     try:

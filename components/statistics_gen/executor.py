@@ -26,7 +26,7 @@ from tfx.components.util import examples_utils
 from tfx.proto import example_gen_pb2
 from tfx.types import artifact, artifact_utils, standard_artifacts, standard_component_specs
 
-from components.arrow_example_gen.executor import COLUMNAR_PROPERTY
+from components.arrow_example_gen.splits import COLUMNAR_PROPERTY
 
 # Recorded on the statistics artifact: which payload TFDV read ("parquet copy" or "tf.Example").
 READ_FROM_PROPERTY = "conveyor_statistics_read_from"

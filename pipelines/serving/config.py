@@ -31,6 +31,8 @@ from typing import TYPE_CHECKING
 from google.protobuf import text_format
 from tensorflow_serving.config import model_server_config_pb2
 
+from components.pusher.layout import fsync_dir
+
 if TYPE_CHECKING:  # only for annotations: this module needs no spec model at run time
     from google.protobuf.message import Message
 
@@ -394,7 +396,7 @@ def write_serving_configs(
     stale = config_dir / BATCHING_CONFIG
     if BATCHING_CONFIG not in texts and stale.exists():
         stale.unlink()
-        _fsync_dir(config_dir)
+        fsync_dir(config_dir)
     return written
 
 
@@ -416,16 +418,8 @@ def write_atomically(path: str | os.PathLike, text: str) -> Path:
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
         raise
-    _fsync_dir(path.parent)
+    fsync_dir(path.parent)
     return path
-
-
-def _fsync_dir(directory: Path) -> None:
-    descriptor = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(descriptor)
-    finally:
-        os.close(descriptor)
 
 
 def _parse_text(path: Path, message: Message) -> Message:

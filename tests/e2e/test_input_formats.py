@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 import pytest
 import tensorflow as tf
 
-from components.arrow_example_gen.executor import COLUMNAR_PROPERTY
+from components.arrow_example_gen.splits import COLUMNAR_PROPERTY
 from pipelines import cli, metadata
 from pipelines.ops import nightly
 from pipelines.paths import RunPaths

@@ -16,10 +16,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from pipelines import cli
-from pipelines.ops import nightly
-from pipelines.paths import RunPaths
-from pipelines.spec.loading import load_spec
+from tests.conftest import penguin_ci_run
 from tests.serving_server import serving
 
 ROWS = [
@@ -53,12 +50,9 @@ NUMERIC = ("bill_length_mm", "bill_depth_mm", "flipper_length_mm", "body_mass_g"
 
 @pytest.fixture(scope="module")
 def pushed(tmp_path_factory):
-    workdir = tmp_path_factory.mktemp("serving_penguin")
-    assert cli.main(["data", "penguin", "--workdir", str(workdir)]) == 0
-    loaded = load_spec("penguin", env="ci", workdir=workdir)
-    result = nightly.run(loaded, workdir, echo=lambda _: None)
+    paths, result = penguin_ci_run(tmp_path_factory.mktemp("serving_penguin"))
     assert result.outcome == "pushed", result.message
-    return RunPaths(workdir=workdir, spec=loaded.spec)
+    return paths
 
 
 @pytest.fixture(scope="module")

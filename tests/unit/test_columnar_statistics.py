@@ -8,7 +8,7 @@ from tfx.proto import example_gen_pb2
 from tfx.types import artifact_utils, standard_artifacts
 from tfx_bsl.tfxio import parquet_tfxio
 
-from components.arrow_example_gen.executor import COLUMNAR_PROPERTY
+from components.arrow_example_gen.splits import COLUMNAR_PROPERTY
 from components.statistics_gen.executor import columnar_view
 
 
