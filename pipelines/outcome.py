@@ -90,6 +90,11 @@ def worst_exit_code(codes) -> int:
     return EXIT_FAILED if EXIT_FAILED in codes else EXIT_BLOCKED if EXIT_BLOCKED in codes else 0
 
 
+# How the Pusher words a model the infra validator refused (components/infra_validator), which
+# alerts although the run is NOT_PUSHED (`RunResult.alerts`).
+INFRA_REFUSAL = "the infra validator did not bless the model"
+
+
 @dataclass
 class RunResult:
     """What one run did, as `summary.json`, the report, alerts and the verdict line tell it."""
@@ -117,3 +122,13 @@ class RunResult:
     def ok(self) -> bool:
         """The run did its job (`Outcome.ok` of its outcome)."""
         return Outcome(self.outcome).ok
+
+    @property
+    def alerts(self) -> bool:
+        """Operators are told of it: a blocked or failed run, and also a model the Evaluator
+        blessed that the infra validator refused. That run is NOT_PUSHED (serving is as it
+        was, a re-run ends the same way) but a model that cannot be served is the operators'
+        problem, unlike a model the gate found worse."""
+        return Outcome(self.outcome).alerts or (
+            Outcome(self.outcome) is Outcome.NOT_PUSHED and INFRA_REFUSAL in self.message
+        )

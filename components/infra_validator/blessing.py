@@ -53,4 +53,6 @@ def infra_refusal(input_dict) -> str | None:
     )
     if reason == NOT_EVALUATED:
         return None
-    return f"the infra validator did not bless the model: {reason or 'no reason recorded'}"
+    from pipelines.outcome import INFRA_REFUSAL
+
+    return f"{INFRA_REFUSAL}: {reason or 'no reason recorded'}"

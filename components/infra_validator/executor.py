@@ -374,7 +374,14 @@ class Canaries:
             )
         default = signatures[DEFAULT_SIGNATURE]
         inputs = default.structured_input_signature[1]
-        columns = [raw_values(row, inputs) for row in rows]
+        serialized = _takes_serialized_examples(default, rows)
+        if serialized:
+            # TFX's own modules (a `trainer.module` run_fn) serve serialized tf.Examples on
+            # serving_default: each canary row is sent as its bytes (base64 in JSON).
+            [name] = inputs
+            columns = [{name: row} for row in rows]
+        else:
+            columns = [raw_values(row, inputs) for row in rows]
         try:
             batch = {
                 name: tf.constant([c[name] for c in columns], dtype=spec.dtype)
@@ -409,7 +416,12 @@ class Canaries:
             else None
         )
         for index, (row, values) in enumerate(zip(rows, columns, strict=True)):
-            json_row = {name: _json_value(value) for name, value in values.items()}
+            json_row = {
+                name: {"b64": base64.b64encode(value).decode()}
+                if serialized
+                else _json_value(value)
+                for name, value in values.items()
+            }
             want = _row_of(expected, index)
             columnar = {name: [value] for name, value in json_row.items()}
             requests = [
@@ -441,6 +453,17 @@ def _takes_examples(signature) -> bool:
         return False
     inputs = signature.structured_input_signature[1]
     return len(inputs) == 1 and next(iter(inputs.values())).dtype == tf.string
+
+
+def _takes_serialized_examples(signature, rows: Sequence[bytes]) -> bool:
+    """The signature takes one string input that is not a column of the rows: serialized
+    tf.Examples (a raw-row signature with a single text column names that column)."""
+    import tensorflow as tf
+
+    if not _takes_examples(signature) or not rows:
+        return False
+    [name] = signature.structured_input_signature[1]
+    return name not in tf.train.Example.FromString(rows[0]).features.feature
 
 
 def _batched(signature: str, outputs: Mapping[str, Any], rows: int) -> dict[str, Any]:

@@ -17,7 +17,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from pipelines.outcome import Outcome
+from pipelines.outcome import RunResult
 from pipelines.paths import REPORT_FILE
 from pipelines.spec.models import PipelineSpec
 
@@ -39,8 +39,11 @@ def alert_payload(result: Any) -> dict[str, Any]:
     }
 
 
-def send_alert(spec: PipelineSpec, result: Any, timeout: float = TIMEOUT_SECONDS) -> str | None:
-    """POSTs an alert for a blocked or failed run to the URL in `runtime.alert_webhook_env`.
+def send_alert(
+    spec: PipelineSpec, result: RunResult, timeout: float = TIMEOUT_SECONDS
+) -> str | None:
+    """POSTs an alert for a run that alerts (`RunResult.alerts`: blocked, failed, or a model
+    the infra validator refused) to the URL in `runtime.alert_webhook_env`.
 
     Args:
       spec: the pipeline's resolved spec.
@@ -51,7 +54,7 @@ def send_alert(spec: PipelineSpec, result: Any, timeout: float = TIMEOUT_SECONDS
       One line saying what happened (sent, or why delivery failed), or None when nothing was to
       be sent: the run succeeded, or no webhook is configured.
     """
-    if not Outcome(result.outcome).alerts:
+    if not result.alerts:
         return None
     variable = spec.runtime.alert_webhook_env
     url = os.environ.get(variable, "").strip() if variable else ""

@@ -25,11 +25,11 @@ import pytest
 
 from components.infra_validator import executor as infra
 from components.pusher.layout import model_digest
-from pipelines import cli, metadata
+from pipelines import metadata
 from pipelines.ops import nightly
 from pipelines.paths import REPORT_FILE, RUN_SUMMARY, RunPaths
 from pipelines.spec.loading import load_spec
-from tests.conftest import run_artifacts
+from tests.conftest import penguin_ci_run, recording_webhook, run_artifacts
 
 MODEL_NAME = "toy"
 ROWS = [(0.5, b"a"), (-1.5, b"b"), (float("nan"), b""), (2.0, b"a"), (0.25, b"c")]
@@ -263,10 +263,8 @@ def test_a_model_the_evaluator_did_not_bless_is_not_served(tmp_path, models, exa
 @pytest.fixture(scope="module")
 def penguin(tmp_path_factory):
     workdir = tmp_path_factory.mktemp("infra")
-    assert cli.main(["data", "penguin", "--workdir", str(workdir)]) == 0
-    loaded = load_spec("penguin", env="ci", workdir=workdir)
-    result = nightly.run(loaded, workdir, echo=lambda _: None)
-    return workdir, RunPaths(workdir=workdir, spec=loaded.spec), result
+    paths, result = penguin_ci_run(workdir)
+    return workdir, paths, result
 
 
 def _infra_blessings(paths: RunPaths, run_id: str) -> list:
@@ -287,11 +285,22 @@ def test_a_latency_budget_breach_blocks_the_push(penguin):
     workdir, paths, first = penguin
     served = model_digest(str(paths.serving_dir / "1"))
     loaded = load_spec(
-        "penguin", env="ci", overrides=["push.latency_budget_ms=0.001"], workdir=workdir
+        "penguin",
+        env="ci",
+        overrides=["push.latency_budget_ms=0.001", "runtime.alert_webhook_env=INFRA_WEBHOOK"],
+        workdir=workdir,
     )
-    result = nightly.run(loaded, workdir, echo=lambda _: None)
+    with recording_webhook() as (url, alerts):
+        os.environ["INFRA_WEBHOOK"] = url
+        try:
+            result = nightly.run(loaded, workdir, echo=lambda _: None)
+        finally:
+            del os.environ["INFRA_WEBHOOK"]
 
     assert result.outcome == "not_pushed", result.message
+    # NOT_PUSHED, yet operators are told: a blessed model that cannot be served is theirs to fix.
+    [alert] = alerts
+    assert alert["outcome"] == "not_pushed" and alert["reason"] == result.message
     assert result.message.startswith(
         "nothing pushed: the infra validator did not bless the model: latency p99 "
     ), result.message

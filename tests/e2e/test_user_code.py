@@ -27,6 +27,8 @@ COMPONENTS = [
     "transform",
     "trainer",
     "evaluator",
+    # serving_default takes serialized tf.Examples here: canaries are sent as base64 bytes.
+    "infra_validator",
     "pusher",
 ]
 
@@ -102,6 +104,7 @@ def test_tfx_penguin_module_with_transform_pushes_a_model(tfx_module_run):
     assert result.outcome == "pushed", result.message
     states = {n.node_id: n.state for n in result.nodes}
     assert states["transform"] == "executed" and states["trainer"] == "executed"
+    assert states["infra_validator"] == "executed"  # and blessed it: the model was pushed
     assert (paths.serving_dir / "1" / "saved_model.pb").is_file()
 
 
