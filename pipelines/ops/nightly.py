@@ -254,7 +254,11 @@ def run_planned(
         # Taken before the run: an input file that changes while it runs must not be recorded
         # as the input this run consumed.
         inputs_fingerprint = fingerprint.compute(planned.paths, planned.span)
-        if supervised:
+        # A process that has imported TensorFlow has its threads (tf.data workers, thread
+        # pools) and a fork would copy their locks half-way: a child that later joins such a
+        # thread hangs for ever. `conveyor run` never has; a program (or test) that calls the
+        # command in a process that trained or loaded a model runs it here, unsupervised.
+        if supervised and "tensorflow" not in sys.modules:
             from pipelines.ops.supervisor import supervise
 
             return supervise(planned, inputs_fingerprint, execute_and_finish, echo)
