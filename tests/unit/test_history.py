@@ -7,7 +7,6 @@ it is read and drawn, and `conveyor report NAME --history`."""
 import datetime
 import json
 import re
-import time
 from pathlib import Path
 
 import pytest
@@ -201,13 +200,11 @@ def test_a_hundred_nights_are_read_back_in_order_with_what_each_did(recorded):
     assert run_history(store, "penguin", limit=10) == []
 
 
-def test_the_history_page_of_a_hundred_nights_takes_under_two_seconds(recorded):
+def test_the_history_page_of_a_hundred_nights_draws_every_night(recorded):
     paths, _ = recorded
-    history.render_history(paths, 3)  # matplotlib imported once, as in any long-lived process
-    started = time.perf_counter()
+    # How long it takes is a figure for docs/operations.md, not an assertion (speed targets
+    # live in benchmarks): this checks what the page holds.
     page = history.render_history(paths, NIGHTS)
-    seconds = time.perf_counter() - started
-    assert seconds < 2.0, f"{seconds:.2f} s for {NIGHTS} nights"
     assert "<script" not in page and "http://" not in page and "https://" not in page
     # The timeline, the metrics of the pushed versions, drift, rows and durations.
     titles = re.findall(r'<svg class="chart" role="img" aria-label="([^"]+)"', page)

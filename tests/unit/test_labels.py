@@ -318,10 +318,9 @@ def test_conveyor_models_lists_every_version_without_importing_tensorflow(tmp_pa
     *table, probe_line = done.stdout.strip().splitlines()
     _, code, seconds, heavy = probe_line.split(" ", 3)
     assert code == "0" and heavy == "[]"
-    # Imports and all, the interpreter's start-up aside: 0.84 s on 2026-12-01 (1.0 s wall),
-    # most of it the CLI's and the spec's imports; importing TensorFlow alone takes ~20 s. The
-    # bound leaves room for a busy machine.
-    assert float(seconds) < 5.0, (seconds, wall)
+    # What keeps it fast is that nothing heavy is imported (checked above); the time itself is
+    # a figure for the docs (0.84 s on 2026-12-01), not an assertion.
+    print(f"conveyor models: {seconds} s in the command, {wall:.2f} s wall")
     assert "held: stable stays on version 2" in table[0] + table[1]
     rows = {line.split()[0]: line.split() for line in table if line[:1].isdigit()}
     assert rows["4"][1:3] == ["canary", "no"]  # the unrecorded push moved canary
