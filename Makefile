@@ -59,14 +59,19 @@ data: setup
 pipeline-local: data
 	$(BIN)/conveyor run $(PIPELINE) --env $(ENV) --workdir $(WORKDIR)
 
+# Test files run on two workers (pytest-xdist), a file's tests on one, so module-scoped pipeline
+# runs are shared as before; TEST_WORKERS=0 runs them in this process.
+TEST_WORKERS ?= 2
+PYTEST := $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
+
 test: setup
-	$(BIN)/python -m pytest -q
+	$(PYTEST)
 
 test-unit: setup
-	$(BIN)/python -m pytest -q -m "not e2e"
+	$(PYTEST) -m "not e2e"
 
 test-e2e: setup
-	$(BIN)/python -m pytest -q -m e2e
+	$(PYTEST) -m e2e
 
 lint: setup
 	$(BIN)/ruff check pipelines components tests bench monitoring
@@ -94,6 +99,7 @@ bench-nightly: setup
 	$(BIN)/python bench/bench_nightly.py
 
 bench-serving: setup
+	scripts/ensure_system_packages.sh wrk
 	$(BIN)/python bench/bench_serving.py
 
 gpu-check: setup
