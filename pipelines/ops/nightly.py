@@ -254,15 +254,20 @@ def run_planned(
         # Taken before the run: an input file that changes while it runs must not be recorded
         # as the input this run consumed.
         inputs_fingerprint = fingerprint.compute(planned.paths, planned.span)
-        # A process that has imported TensorFlow has its threads (tf.data workers, thread
-        # pools) and a fork would copy their locks half-way: a child that later joins such a
-        # thread hangs for ever. `conveyor run` never has; a program (or test) that calls the
-        # command in a process that trained or loaded a model runs it here, unsupervised.
-        if supervised and "tensorflow" not in sys.modules:
+        if supervised and fork_is_safe():
             from pipelines.ops.supervisor import supervise
 
             return supervise(planned, inputs_fingerprint, execute_and_finish, echo)
         return execute_and_finish(planned, inputs_fingerprint, echo)
+
+
+def fork_is_safe() -> bool:
+    """Whether this process may fork the supervised pipeline child: not once it has imported
+    TensorFlow. TensorFlow's threads (tf.data workers, thread pools) do not survive a fork, and
+    a child that later joins one (as its garbage collector may) hangs for ever. `conveyor run`
+    forks before importing it; a program (or a test) that already trained or loaded a model
+    runs the pipeline in its own process, unsupervised."""
+    return "tensorflow" not in sys.modules
 
 
 def execute_and_finish(

@@ -25,6 +25,7 @@ from pipelines.spec.loading import load_spec
 from tests.conftest import recording_webhook
 
 WEBHOOK_ENV = "CONVEYOR_TEST_WEBHOOK"
+REAL_FORK_IS_SAFE = nightly.fork_is_safe  # before any test replaces it
 CONVEYOR = str(Path(sys.executable).with_name("conveyor"))
 
 
@@ -34,6 +35,13 @@ def webhook(monkeypatch):
     with recording_webhook() as (url, received):
         monkeypatch.setenv(WEBHOOK_ENV, url)
         yield url, received
+
+
+@pytest.fixture(autouse=True)
+def fork_allowed(monkeypatch):
+    """The stand-ins below never touch TensorFlow, so forking is safe here whatever else this
+    test process imported (`nightly.fork_is_safe` answers for a real pipeline child)."""
+    monkeypatch.setattr(nightly, "fork_is_safe", lambda: True)
 
 
 @pytest.fixture
@@ -170,6 +178,18 @@ def test_a_finished_childs_result_and_lines_come_back_as_they_were(planned, monk
     assert result.outcome == Outcome.NOT_PUSHED
     assert result.run_id.startswith("penguin-")
     assert result.message != f"nothing pushed ({os.getpid()})"  # it ran in another process
+
+
+def test_a_process_that_imported_tensorflow_runs_the_pipeline_itself(planned, monkeypatch):
+    def finished(planned, inputs_fingerprint, echo):
+        return RunResult("r", "penguin", Outcome.NOT_PUSHED, f"nothing pushed ({os.getpid()})")
+
+    monkeypatch.setattr(nightly, "execute_and_finish", finished)
+    monkeypatch.setattr(nightly, "fork_is_safe", REAL_FORK_IS_SAFE)
+    monkeypatch.setitem(sys.modules, "tensorflow", sys.modules.get("tensorflow", object()))
+    result = nightly.run_planned(planned, echo=lambda _: None, supervised=True)
+
+    assert result.message == f"nothing pushed ({os.getpid()})"  # no fork: this process ran it
 
 
 def test_an_error_before_the_run_is_raised_again_in_the_parent(planned, monkeypatch):
