@@ -462,3 +462,9 @@ def test_a_bad_models_config_in_the_workdir_is_named(tmp_path):
     with pytest.raises(ServingConfigError, match="relative"):
         manifests.current_model(tmp_path, "penguin")
     assert manifests.current_model(tmp_path / "absent", "penguin") is None
+
+
+def test_the_command_offers_exactly_the_targets_the_renderer_knows():
+    from pipelines.serving import deploy_command, manifests
+
+    assert deploy_command.TARGETS == manifests.TARGETS
