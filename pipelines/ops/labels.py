@@ -482,6 +482,11 @@ def default_rollback_target(paths: RunPaths, known: set[int], record: RecordedLa
     for version in reversed(record.history.get(STABLE, [])):
         if version in usable:
             return version
+    if not on_disk:
+        raise LabelError(
+            f"no version of {push.model_name} is on disk in {paths.serving_dir}: nothing has "
+            "been pushed, so there is nothing to roll back to"
+        )
     if not usable:
         raise LabelError(
             f"no version of {push.model_name} below the served version {served} is on disk "

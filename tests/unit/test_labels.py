@@ -200,8 +200,10 @@ def test_retention_never_retires_a_labelled_version(tmp_path):
 def test_refusals_name_the_version_or_label(tmp_path):
     pipeline = Pipeline(_paths(tmp_path))
     paths = pipeline.paths
+    with pytest.raises(labels.LabelError, match="nothing has been pushed, so there is nothing"):
+        labels.rollback(paths, None, "ana", "", echo=lambda _: None)
     pipeline.push()
-    with pytest.raises(labels.LabelError, match="nothing to roll back to"):
+    with pytest.raises(labels.LabelError, match="below the served version 1 .* nothing to roll"):
         labels.rollback(paths, None, "ana", "", echo=lambda _: None)
     with pytest.raises(labels.LabelError, match="version 7 of penguin is not on disk"):
         labels.promote(paths, 7, "stable", "ana", "")
