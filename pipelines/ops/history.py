@@ -25,8 +25,7 @@ import markupsafe
 from pipelines.build import spans
 from pipelines.metadata import RunHistory, open_store, run_history
 from pipelines.ops.charts import ChartRenderer
-from pipelines.ops.report import Badge, templates
-from pipelines.ops.report import _snake as keras_metric_name
+from pipelines.ops.report import Badge, keras_metric_name, templates
 from pipelines.outcome import Outcome
 from pipelines.paths import REPORT_FILE, RUN_SUMMARY, RunPaths
 

@@ -181,9 +181,9 @@ def run_metric_names() -> set[str]:
 def slice_label(slice_key) -> str:
     """A TFMA slice key as a label value: `overall` for the whole set, else `column=value`
     pairs joined by `,` (the report's words, without spaces)."""
-    from pipelines.ops.report import _slice_name
+    from pipelines.ops.report import slice_name
 
-    name = _slice_name(slice_key)
+    name = slice_name(slice_key)
     if name == "all examples":
         return OVERALL_SLICE
     return name.replace(" = ", "=").replace(", ", ",")
@@ -214,9 +214,10 @@ def collect_run_metrics(
         metrics.component_cached.labels(pipeline, node.node_id).set(node.state == "cached")
     for metric in paths.spec.evaluation.metrics:
         if metric.lower_bound is not None:
-            from pipelines.ops.report import _snake
+            from pipelines.ops.report import keras_metric_name
 
-            metrics.lower_bound.labels(pipeline, _snake(metric.name)).set(metric.lower_bound)
+            bound = metric.lower_bound
+            metrics.lower_bound.labels(pipeline, keras_metric_name(metric.name)).set(bound)
 
     store = open_store(paths.spec, paths.metadata_path)
     nodes = read_run_artifacts(store, result.run_id) if store and result.run_id else {}
@@ -273,9 +274,9 @@ def _data_gate(
     if gate:
         anomalies = [entry.get("split") or "" for entry in gate.get("anomalies") or []]
     else:
-        from pipelines.ops.report import _validator_anomalies
+        from pipelines.ops.report import validator_anomalies
 
-        found = _validator_anomalies(nodes)
+        found = validator_anomalies(nodes)
         if found is None:
             return
         anomalies = [row[1] for row in (found.table.rows if found.table else [])]
@@ -295,12 +296,12 @@ def _data_gate(
 
 def _evaluation(metrics: RunMetrics, pipeline: str, nodes: dict[str, NodeArtifacts]) -> None:
     """The Evaluator's scalar metrics per slice, for the candidate and the baseline."""
-    from pipelines.ops.report import _load_evaluation
+    from pipelines.ops.report import load_evaluation
 
     _, artifact = find_output(nodes, "ModelEvaluation")
     if artifact is None:
         return
-    per_slice, _ = _load_evaluation(artifact.uri)
+    per_slice, _ = load_evaluation(artifact.uri)
     for slice_metrics in per_slice:
         slice_name = slice_label(slice_metrics.slice_key)
         for item in slice_metrics.metric_keys_and_values:

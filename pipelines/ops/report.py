@@ -538,7 +538,7 @@ def _gate_table(kind: str, entries: list[dict] | None) -> GateTable:
     return GateTable(title, _table(columns, rows, numeric=numeric))
 
 
-def _validator_anomalies(nodes: dict[str, NodeArtifacts]) -> GateTable | None:
+def validator_anomalies(nodes: dict[str, NodeArtifacts]) -> GateTable | None:
     """ExampleValidator's own findings, for a run whose runner did not report the gate; None
     when ExampleValidator did not run."""
     from tensorflow_metadata.proto.v0 import anomalies_pb2
@@ -568,7 +568,7 @@ def _data_gate(result: RunResult, nodes: dict[str, NodeArtifacts]) -> DataGate:
     if not gate:
         return DataGate(
             verdict=None,
-            validator=_validator_anomalies(nodes),
+            validator=validator_anomalies(nodes),
             tables=[_gate_table("drift", None), _gate_table("skew", None)],
         )
     return DataGate(
@@ -577,14 +577,16 @@ def _data_gate(result: RunResult, nodes: dict[str, NodeArtifacts]) -> DataGate:
     )
 
 
-def _snake(class_name: str) -> str:
+def keras_metric_name(class_name: str) -> str:
     """Keras's default metric name for a metric class: SparseCategoricalAccuracy ->
     sparse_categorical_accuracy, AUC -> auc."""
     name = re.sub(r"(.)([A-Z][a-z]+)", r"\1_\2", class_name)
     return re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", name).lower()
 
 
-def _slice_name(slice_key) -> str:
+def slice_name(slice_key) -> str:
+    """A TFMA slice key as the report names it: `all examples`, or `column = value` pairs
+    joined by commas (the run metrics label slices from it)."""
     parts = []
     for key in slice_key.single_slice_keys:
         kind = key.WhichOneof("kind")
@@ -598,7 +600,7 @@ def _slice_name(slice_key) -> str:
 def _threshold_text(spec, metric_name: str) -> tuple[str, str]:
     """(class name, the spec's thresholds as text) for a TFMA metric name."""
     for metric in spec.evaluation.metrics:
-        if _snake(metric.name) == metric_name or metric.name == metric_name:
+        if keras_metric_name(metric.name) == metric_name or metric.name == metric_name:
             bounds = []
             if metric.lower_bound is not None:
                 bounds.append(f">= {metric.lower_bound}")
@@ -624,12 +626,12 @@ def _declared_metric(spec, metric_name: str):
     None for a metric the spec does not name (example_count, say)."""
     base = metric_name.split(" [", 1)[0]
     for metric in spec.evaluation.metrics:
-        if base in (_snake(metric.name), metric.name):
+        if base in (keras_metric_name(metric.name), metric.name):
             return metric
     return None
 
 
-def _load_evaluation(uri: str):
+def load_evaluation(uri: str):
     """(metrics per slice, validation result) from an Evaluator output, quietly."""
     tf_logger = logging.getLogger("tensorflow")
     level = tf_logger.level
@@ -703,7 +705,7 @@ def _evaluation(
         return Evaluation(missing=why)
     section = Evaluation(notes=_evaluation_notes(node), uri=artifact.uri)
     try:
-        per_slice, validation = _load_evaluation(artifact.uri)
+        per_slice, validation = load_evaluation(artifact.uri)
     except Exception as err:  # a report must not fail on a damaged or foreign evaluation
         section.read_error = str(err)
         return section
@@ -713,7 +715,7 @@ def _evaluation(
         for per in validation.metric_validations_per_slice:
             for failure in per.failures:
                 key = failure.metric_key
-                failures[(_slice_name(per.slice_key), key.name, str(key.is_diff))] = _failure_text(
+                failures[(slice_name(per.slice_key), key.name, str(key.is_diff))] = _failure_text(
                     failure
                 )
         section.verdict = (
@@ -726,7 +728,7 @@ def _evaluation(
         section.rubber_stamp = bool(validation.rubber_stamp)
 
     def sort_key(entry):
-        name = _slice_name(entry.slice_key)
+        name = slice_name(entry.slice_key)
         return (name != "all examples", name)
 
     rows = []
@@ -740,28 +742,28 @@ def _evaluation(
             role = "diff" if key.is_diff else (key.model_name or "candidate")
             label = key.name + (f" [{key.output_name}]" if key.output_name else "")
             values.setdefault(label, {})[role] = item.value.double_value.value
-        slice_name = _slice_name(metrics.slice_key)
+        shown = slice_name(metrics.slice_key)
         for name in sorted(values):
             got = values[name]
             by_metric.setdefault(name, []).append(
-                (slice_name, got.get("candidate"), got.get("baseline"))
+                (shown, got.get("candidate"), got.get("baseline"))
             )
             class_name, threshold = _threshold_text(spec, name)
-            failed = [m for (s, n, _), m in failures.items() if s == slice_name and n == name]
+            failed = [m for (s, n, _), m in failures.items() if s == shown and n == name]
             if failed:
                 status = Badge("failed", "bad", "; ".join(failed))
-            elif threshold and slice_name == "all examples" and validation is not None:
+            elif threshold and shown == "all examples" and validation is not None:
                 status = Badge("passed", "ok")
             else:
                 status = ""
             rows.append(
                 (
-                    slice_name,
+                    shown,
                     class_name if class_name == name else f"{class_name} ({name})",
                     _num(got.get("candidate"), 4),
                     _num(got.get("baseline"), 4),
                     "" if "diff" not in got else f"{got['diff']:+.4g}",
-                    threshold if slice_name == "all examples" else "",
+                    threshold if shown == "all examples" else "",
                     status,
                 )
             )

@@ -297,7 +297,7 @@ def test_an_evaluation_names_its_models_and_a_damaged_one_is_said_so(paths, monk
     def damaged(uri):
         raise ValueError(f"{uri}: <truncated> & unreadable")
 
-    monkeypatch.setattr(report, "_load_evaluation", damaged)
+    monkeypatch.setattr(report, "load_evaluation", damaged)
     evaluator = NodeArtifacts(
         "evaluator",
         "cached",

@@ -350,7 +350,7 @@ def test_the_evaluation_is_exported_per_slice_for_candidate_and_baseline(
     # TFMA's reader of the Evaluator's files, on real protos (reading them needs TensorFlow).
     read = []
     monkeypatch.setattr(
-        report, "_load_evaluation", lambda uri: (read.append(uri), (evaluation, None))[1]
+        report, "load_evaluation", lambda uri: (read.append(uri), (evaluation, None))[1]
     )
     record, run = recorded
     record.execute(
