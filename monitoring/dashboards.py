@@ -93,6 +93,31 @@ def _templating(variable_metric: str, variable: str) -> core.Templating:
     )
 
 
+def _dashboard(
+    title: str,
+    uid: str,
+    description: str,
+    *,
+    refresh: str,
+    since: str,
+    variable: tuple[str, str],
+    panels: list,
+) -> core.Dashboard:
+    """A Conveyor dashboard: UTC, tagged `conveyor`, one template variable (the label
+    `variable[1]` of metric `variable[0]`), the panels laid out in rows."""
+    return core.Dashboard(
+        title=title,
+        uid=uid,
+        description=description,
+        tags=["conveyor"],
+        timezone="utc",
+        refresh=refresh,
+        time=core.Time(since, "now"),
+        templating=_templating(*variable),
+        panels=_laid_out(panels),
+    ).auto_panel_ids()
+
+
 def pipeline_dashboard() -> core.Dashboard:
     """Pipeline health: what each night did and what it saw."""
     p = 'pipeline=~"$pipeline"'
@@ -216,17 +241,15 @@ def pipeline_dashboard() -> core.Dashboard:
             unit="short",
         ),
     ]
-    return core.Dashboard(
-        title="Conveyor: pipelines",
-        uid="conveyor-pipelines",
-        description="Each pipeline's nights: outcome, pushes, data and evaluation (Conveyor).",
-        tags=["conveyor"],
-        timezone="utc",
+    return _dashboard(
+        "Conveyor: pipelines",
+        "conveyor-pipelines",
+        "Each pipeline's nights: outcome, pushes, data and evaluation (Conveyor).",
         refresh="1m",
-        time=core.Time("now-30d", "now"),
-        templating=_templating("conveyor_run_outcome", "pipeline"),
-        panels=_laid_out(panels),
-    ).auto_panel_ids()
+        since="now-30d",
+        variable=("conveyor_run_outcome", "pipeline"),
+        panels=panels,
+    )
 
 
 def serving_dashboard() -> core.Dashboard:
@@ -305,17 +328,15 @@ def serving_dashboard() -> core.Dashboard:
             unit="s",
         ),
     ]
-    return core.Dashboard(
-        title="Conveyor: serving",
-        uid="conveyor-serving",
-        description="The Conveyor model server's traffic, errors, latency and model loading.",
-        tags=["conveyor"],
-        timezone="utc",
+    return _dashboard(
+        "Conveyor: serving",
+        "conveyor-serving",
+        "The Conveyor model server's traffic, errors, latency and model loading.",
         refresh="30s",
-        time=core.Time("now-6h", "now"),
-        templating=_templating("conveyor_serving_requests_total", "model"),
-        panels=_laid_out(panels),
-    ).auto_panel_ids()
+        since="now-6h",
+        variable=("conveyor_serving_requests_total", "model"),
+        panels=panels,
+    )
 
 
 def _dashed(prefix: str) -> dict:
