@@ -118,16 +118,63 @@ def check_transform_module(dotted: str) -> None:
         )
 
 
-def _package_files(source: Path, dotted: str) -> list[Path]:
-    """The .py files that make up a user module: those of its top package, or only its own
-    folder's for a module inside an installed distribution (whose version pins the rest)."""
-    depth = dotted.count(".")
-    if depth == 0:
-        return [source]
-    top = source.parents[depth - 1] if source.name != "__init__.py" else source.parents[depth]
-    if {"site-packages", "dist-packages"} & set(top.parts):
-        return sorted(source.parent.glob("*.py"))
-    return sorted(p for p in top.rglob("*.py") if "__pycache__" not in p.parts)
+def _imported_names(source: Path, dotted: str) -> set[str]:
+    """Absolute names of the modules `source` (module `dotted`) imports, at any depth of its code
+    (a lazy import inside a function counts), relative imports resolved. `from a import b`
+    yields both `a` and `a.b`, since `b` may be a submodule; names that are not modules are
+    dropped by the caller when no source is found for them."""
+    try:
+        tree = ast.parse(source.read_bytes(), filename=str(source))
+    except (SyntaxError, ValueError):
+        return set()  # its bytes are still digested; there is nothing to follow
+    package = dotted if source.name == "__init__.py" else dotted.rpartition(".")[0]
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                parts = package.split(".") if package else []
+                base = ".".join(parts[: len(parts) - (node.level - 1)])
+                module = f"{base}.{node.module}" if node.module and base else node.module or base
+            else:
+                module = node.module or ""
+            if module:
+                names.add(module)
+                names.update(f"{module}.{alias.name}" for alias in node.names)
+    return names
+
+
+def _module_files(dotted: str) -> dict[str, Path]:
+    """The source files a run of module `dotted` executes from its own top package, by module
+    name: the module, the modules of that package it imports (transitively), and the
+    `__init__.py` of every package on the way, which an import runs too.
+
+    Modules of other top packages are not followed: an installed library is pinned by the
+    environment (tfx and tensorflow by the lock), and a project's other packages are named
+    in the spec themselves when they are user code. A module loaded by a computed name
+    (importlib.import_module(variable)) cannot be seen and is not covered.
+    """
+    top = dotted.split(".")[0]
+    found: dict[str, Path] = {}
+    pending = [dotted]
+    while pending:
+        name = pending.pop()
+        parts = name.split(".")
+        # The packages on the way first: `import a.b.c` runs a/__init__.py and a/b/__init__.py.
+        for depth in range(1, len(parts) + 1):
+            prefix = ".".join(parts[:depth])
+            if prefix in found:
+                continue
+            try:
+                path = sources.module_source(prefix)
+            except sources.SourceNotFound:
+                break  # not a module (an attribute of one) or not on the path
+            if path is None:
+                continue  # a namespace package: a folder, no code of its own
+            found[prefix] = path
+            pending.extend(n for n in _imported_names(path, prefix) if n.split(".")[0] == top)
+    return found
 
 
 def _installed_version(dotted: str) -> str:
@@ -145,24 +192,22 @@ def _installed_version(dotted: str) -> str:
 
 
 def code_digest(dotted: str) -> str:
-    """SHA-256 (hex) over the source files of module `dotted`'s package, by path and bytes.
+    """SHA-256 (hex) over the source files a run of module `dotted` executes, by name and bytes.
 
-    For a module of the project (or any folder on the path): every .py file under its top
-    package, so an edit to a helper it imports also re-trains. For a module inside an installed
-    distribution: its own folder's .py files plus the distribution's version.
+    For a module of the project (or any folder on the path): the module, and the modules of its
+    own top package that it imports, directly or through each other (see `_module_files`), so an
+    edit to a helper it imports re-trains while an edit elsewhere in the package does not. For a
+    module inside an installed distribution: its own file and the distribution's version.
     """
     source = find_source(dotted)
-    files = _package_files(source, dotted)
+    installed = bool({"site-packages", "dist-packages"} & set(source.parts))
+    # An installed distribution's version pins the rest of it; its imports are not followed.
+    files = {dotted: source} if installed else _module_files(dotted)
     digest = hashlib.sha256(dotted.encode())
-    base = source.parents[dotted.count(".")] if dotted.count(".") else source.parent
-    for path in files:
-        try:
-            relative = path.relative_to(base)
-        except ValueError:
-            relative = Path(path.name)
-        digest.update(str(relative).encode())
-        digest.update(path.read_bytes())
-    if {"site-packages", "dist-packages"} & set(source.parts):
+    for name in sorted(files):
+        digest.update(name.encode())
+        digest.update(files[name].read_bytes())
+    if installed:
         digest.update(_installed_version(dotted).encode())
     return digest.hexdigest()
 
@@ -195,9 +240,17 @@ def spec_problem(spec) -> tuple[str, str] | None:
             return "trainer.module", f"trainer.module {trainer_module!r}: {err}."
         if spec.transform is not None and contract is Contract.CONVEYOR_HOOK:
             return "trainer.module", (
-                f"trainer.module {trainer_module!r} is a build_model hook, which trains on "
-                "Conveyor's feature layer over raw columns; with `transform` the trainer must "
-                "be a TFX run_fn module that reads Transform's output."
+                f"trainer.module {trainer_module!r} is a build_model hook, and the spec sets "
+                f"`transform` ({spec.transform.module!r}): the two cannot be combined. The hook "
+                "builds only the network on top of Conveyor's feature layer, which encodes the "
+                "raw columns from the statistics; a preprocessing_fn is a feature layer of its "
+                "own, and what it outputs (any names, dtypes and shapes, integers that may be "
+                "vocabulary ids, buckets or counts, the label renamed or encoded) is known only "
+                "to its code, so Conveyor cannot turn it into the hook's input vector or find "
+                "the label in it. Either drop `transform` (the hook's network then sits on "
+                "Conveyor's feature layer), or make trainer.module a TFX run_fn module that "
+                "builds its network over Transform's output, as TFX's penguin module "
+                "(tfx.examples.penguin.penguin_utils_keras) does."
             )
     if spec.transform is not None:
         try:

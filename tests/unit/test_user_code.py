@@ -102,8 +102,12 @@ def test_transform_needs_its_component_a_run_fn_module_and_a_preprocessing_fn(te
     )
     with pytest.raises(SpecError, match="needs `trainer.module` with a `run_fn`"):
         _load(components, f"transform.module={PENGUIN_TFX}")
-    with pytest.raises(SpecError, match="is a build_model hook"):
+    with pytest.raises(SpecError, match="is a build_model hook") as refused:
         _load(components, f"trainer.module={hook}", f"transform.module={PENGUIN_TFX}")
+    message = str(refused.value)
+    assert "\n" not in message.strip()  # one paragraph: why, and the two ways out
+    assert "cannot turn it into the hook's input vector or find the label" in message
+    assert "Either drop `transform`" in message and "TFX run_fn module" in message
     with pytest.raises(
         SpecError, match=r"transform.module 'team_code.no_fn'.*no `preprocessing_fn`"
     ):
@@ -129,18 +133,47 @@ def test_a_text_feature_needs_an_embedding_saved_on_disk(tmp_path):
     assert _load(missing).spec.trainer.features[0].embedding.module == str(tmp_path)
 
 
-def test_the_digest_follows_the_package_source_so_an_edit_retrains(team, tmp_path):
-    module = team("model", "def build_model(inputs, spec):\n    return inputs\n")
+def test_the_digest_follows_the_modules_it_imports_so_an_edit_retrains(team, tmp_path):
+    module = team(
+        "model",
+        """
+        from team_code import layers
+
+        def build_model(inputs, spec):
+            from .helpers import WIDTH  # a lazy, relative import is followed too
+            return layers.dense(inputs, WIDTH)
+        """,
+    )
+    team("layers", "from team_code.nested.deep import ACTIVATION\n")
+    nested = tmp_path / "team_code" / "nested"
+    nested.mkdir()
+    (nested / "__init__.py").write_text("")
+    (nested / "deep.py").write_text("ACTIVATION = 'relu'\n")
     team("helpers", "WIDTH = 8\n")
+    team("unrelated", "NOT_IMPORTED = 1\n")
     spec = _load(f"trainer.module={module}").spec
     first = user_code(spec, "trainer")
     assert list(first) == [module]
     assert user_code(spec, "trainer") == first  # unchanged: the same cache key
     assert code_version(first) == code_version(dict(first)) != code_version()
-    (tmp_path / "team_code" / "helpers.py").write_text("WIDTH = 16\n")  # a helper it may import
-    second = user_code(spec, "trainer")
-    assert second[module] != first[module]
-    assert code_version(second) != code_version(first)
+
+    # A module it does not import may change without re-training.
+    (tmp_path / "team_code" / "unrelated.py").write_text("NOT_IMPORTED = 2\n")
+    assert user_code(spec, "trainer") == first
+
+    # Each module it imports, directly, lazily or through another, and the packages on the way.
+    previous = first
+    for path, text in [
+        ("helpers.py", "WIDTH = 16\n"),
+        ("nested/deep.py", "ACTIVATION = 'gelu'\n"),
+        ("nested/__init__.py", "# a package's __init__ runs on import\n"),
+        ("__init__.py", "# the top package's too\n"),
+    ]:
+        (tmp_path / "team_code" / path).write_text(text)
+        now = user_code(spec, "trainer")
+        assert now[module] != previous[module], path
+        assert code_version(now) != code_version(previous)
+        previous = now
 
 
 def test_an_installed_module_digest_is_its_folder_and_version():
@@ -155,3 +188,19 @@ def test_find_source_does_not_import_packages(team):
     assert user_code_lib.find_source(module).name == "plain.py"
     with pytest.raises(UserCodeError, match="is a module, not a package"):
         user_code_lib.find_source(f"{module}.deeper")
+
+
+def test_a_module_in_namespace_packages_is_found_and_digested(tmp_path, monkeypatch):
+    # Folders without __init__.py (PEP 420) are packages too; nothing is imported to find them.
+    models = tmp_path / "ns_team" / "models"
+    models.mkdir(parents=True)
+    (models / "wide.py").write_text("from ns_team.models import shared\n")
+    (models / "shared.py").write_text("WIDTH = 8\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert user_code_lib.find_source("ns_team.models.wide") == models / "wide.py"
+    before = user_code_lib.code_digest("ns_team.models.wide")
+    (models / "shared.py").write_text("WIDTH = 16\n")
+    assert user_code_lib.code_digest("ns_team.models.wide") != before
+    with pytest.raises(UserCodeError, match="no module 'ns_team.models.absent'"):
+        user_code_lib.find_source("ns_team.models.absent")
+    assert "ns_team" not in sys.modules
