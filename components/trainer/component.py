@@ -177,6 +177,30 @@ class UserModuleExecutor(tfx_trainer_executor.GenericExecutor):
         record_user_code(output_dict, exec_properties)
 
 
+def _trainer_arguments(
+    examples: types.BaseChannel,
+    schema: types.BaseChannel,
+    base_model: types.BaseChannel | None,
+    run_fn: str,
+    train_args: trainer_pb2.TrainArgs,
+    eval_args: trainer_pb2.EvalArgs,
+    custom_config: dict[str, Any],
+) -> dict[str, Any]:
+    """The arguments both trainers give TFX's TrainerSpec, with their Model and ModelRun
+    outputs; each component adds its own inputs and execution properties."""
+    return {
+        "examples": examples,
+        "schema": schema,
+        "base_model": base_model,
+        "run_fn": run_fn,
+        "train_args": train_args,
+        "eval_args": eval_args,
+        "custom_config": json_utils.dumps(custom_config),  # may hold the code version
+        "model": types.Channel(type=standard_artifacts.Model),
+        "model_run": types.Channel(type=standard_artifacts.ModelRun),
+    }
+
+
 class Trainer(base_component.BaseComponent):
     """Trainer(examples, schema, statistics, run_fn, train_args, eval_args, custom_config)."""
 
@@ -198,17 +222,11 @@ class Trainer(base_component.BaseComponent):
     ):
         super().__init__(
             spec=TrainerWithStatisticsSpec(
-                examples=examples,
-                schema=schema,
                 statistics=statistics,
-                base_model=base_model,
-                run_fn=run_fn,
-                train_args=train_args,
-                eval_args=eval_args,
-                custom_config=json_utils.dumps(custom_config),  # holds the code version
                 user_code=user_code or None,
-                model=types.Channel(type=standard_artifacts.Model),
-                model_run=types.Channel(type=standard_artifacts.ModelRun),
+                **_trainer_arguments(
+                    examples, schema, base_model, run_fn, train_args, eval_args, custom_config
+                ),
             )
         )
 
@@ -236,17 +254,11 @@ class UserModuleTrainer(base_component.BaseComponent):
     ):
         super().__init__(
             spec=UserModuleTrainerSpec(
-                examples=examples,
-                schema=schema,
                 transform_graph=transform_graph,
-                base_model=base_model,
-                run_fn=run_fn,
-                train_args=train_args,
-                eval_args=eval_args,
-                custom_config=json_utils.dumps(custom_config),
                 code_version=code_version,
                 user_code=user_code,
-                model=types.Channel(type=standard_artifacts.Model),
-                model_run=types.Channel(type=standard_artifacts.ModelRun),
+                **_trainer_arguments(
+                    examples, schema, base_model, run_fn, train_args, eval_args, custom_config
+                ),
             )
         )
