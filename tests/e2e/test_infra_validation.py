@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import os
-import time
 from pathlib import Path
 
 import pytest
@@ -226,13 +225,11 @@ def test_a_model_slower_than_its_budget_is_not_blessed(tmp_path, models, example
 
 
 def test_a_server_not_ready_in_time_is_stopped_and_quoted(tmp_path, models, examples_artifact):
-    started = time.monotonic()
     output, findings = _validate(tmp_path, models["sound"], examples_artifact, start_timeout=0.5)
     blessed, reason = _verdict(output)
     assert blessed == 0
     assert reason.startswith("the model server was not ready within 0.5 s: "), reason
-    assert _gone(findings["server_pid"])
-    assert time.monotonic() - started < 60
+    assert _gone(findings["server_pid"])  # stopped when the wait gave up, not left starting
 
 
 def test_a_server_that_exits_at_start_is_quoted(tmp_path, models):
