@@ -7,10 +7,13 @@ Two dashboards, written as JSON into `monitoring/dashboards/` for Grafana's file
   last push, the pushed version, run and component durations, rows per split, anomalies, drift
   and skew per column, and the candidate's and baseline's evaluation metrics against the floor;
 - `conveyor-serving.json`, the model server: requests by status, the server-error ratio, p50
-  and p99 latency against the budget, loaded versions, model load times and failures.
+  and p99 latency against the budget, loaded versions, model load times and failures, first
+  for Conveyor's model server (`conveyor_serving_*`), then for TF Serving itself (the
+  `tensorflow/serving` image, `:tensorflow:serving:*`: its own names, labels and units).
 
 Every query reads metrics Conveyor exports (pipelines/ops/metrics.py for runs,
-pipelines/serving/runtime/metrics.py for serving); tests/unit/test_monitoring_dashboards.py
+pipelines/serving/runtime/metrics.py for serving) or TF Serving exports (the list citing TF
+Serving's sources in pipelines/ops/metrics.py); tests/unit/test_monitoring_dashboards.py
 checks that, and that the committed JSON is what this module generates.
 
     .venv/bin/python monitoring/dashboards.py            # rewrite monitoring/dashboards/
@@ -32,6 +35,13 @@ DATASOURCE = "${datasource}"  # chosen on the dashboard (templating), Prometheus
 ERROR_RATIO_BUDGET = 0.01  # as monitoring/rules/conveyor.rules.yml
 LATENCY_BUDGET_SECONDS = 0.25  # push.latency_budget_ms's default, as the rules
 INFERENCE = 'method=~"predict|classify|regress"'
+# TF Serving's labels: `API` is "Predict" on gRPC and the REST method's word on REST; `status`
+# is the canonical code's name, of which these are answered with a 5xx (server errors).
+TF_INFERENCE = 'API=~"(?i)predict|classify|regress"'
+TF_SERVER_ERRORS = (
+    'status=~"UNKNOWN|INTERNAL|DATA_LOSS|UNIMPLEMENTED|UNAVAILABLE|DEADLINE_EXCEEDED"'
+)
+MICROSECONDS = 1e6  # TF Serving's latencies are in microseconds
 WIDTH = 24  # Grafana's grid is 24 columns wide
 
 
@@ -70,7 +80,8 @@ def _laid_out(panels: list, height: int = 8, per_row: int = 2) -> list:
     return panels
 
 
-def _templating(variable_metric: str, variable: str) -> core.Templating:
+def _templating(variables: list[tuple[str, str, str]]) -> core.Templating:
+    """The data source, then one multi-value variable per (metric, label, title)."""
     return core.Templating(
         list=[
             core.Template(
@@ -80,14 +91,17 @@ def _templating(variable_metric: str, variable: str) -> core.Templating:
                 query="prometheus",
                 default="Prometheus",
             ),
-            core.Template(
-                name=variable,
-                label=variable.capitalize(),
-                dataSource=DATASOURCE,
-                query=f"label_values({variable_metric}, {variable})",
-                includeAll=True,
-                multi=True,
-                default="$__all",
+            *(
+                core.Template(
+                    name=variable,
+                    label=title,
+                    dataSource=DATASOURCE,
+                    query=f"label_values({variable_metric}, {variable})",
+                    includeAll=True,
+                    multi=True,
+                    default="$__all",
+                )
+                for variable_metric, variable, title in variables
             ),
         ]
     )
@@ -100,11 +114,11 @@ def _dashboard(
     *,
     refresh: str,
     since: str,
-    variable: tuple[str, str],
+    variables: list[tuple[str, str, str]],
     panels: list,
 ) -> core.Dashboard:
-    """A Conveyor dashboard: UTC, tagged `conveyor`, one template variable (the label
-    `variable[1]` of metric `variable[0]`), the panels laid out in rows."""
+    """A Conveyor dashboard: UTC, tagged `conveyor`, a template variable per (metric, label,
+    title) of `variables`, the panels laid out in rows."""
     return core.Dashboard(
         title=title,
         uid=uid,
@@ -113,7 +127,7 @@ def _dashboard(
         timezone="utc",
         refresh=refresh,
         time=core.Time(since, "now"),
-        templating=_templating(*variable),
+        templating=_templating(variables),
         panels=_laid_out(panels),
     ).auto_panel_ids()
 
@@ -247,7 +261,7 @@ def pipeline_dashboard() -> core.Dashboard:
         "Each pipeline's nights: outcome, pushes, data and evaluation (Conveyor).",
         refresh="1m",
         since="now-30d",
-        variable=("conveyor_run_outcome", "pipeline"),
+        variables=[("conveyor_run_outcome", "pipeline", "Pipeline")],
         panels=panels,
     )
 
@@ -327,16 +341,93 @@ def serving_dashboard() -> core.Dashboard:
             ],
             unit="s",
         ),
+        *_tf_serving_panels(),
     ]
     return _dashboard(
         "Conveyor: serving",
         "conveyor-serving",
-        "The Conveyor model server's traffic, errors, latency and model loading.",
+        "Traffic, errors, latency and model loading of the model server: Conveyor's "
+        "(conveyor serve), then TF Serving's own metrics (the tensorflow/serving image).",
         refresh="30s",
         since="now-6h",
-        variable=("conveyor_serving_requests_total", "model"),
+        variables=[
+            ("conveyor_serving_requests_total", "model", "Model"),
+            (":tensorflow:serving:request_count", "model_name", "TF Serving model"),
+        ],
         panels=panels,
     )
+
+
+def _tf_serving_panels() -> list:
+    """TF Serving's own metrics (pipelines/ops/metrics.py's TF_SERVING_METRICS): its request
+    counter by status code, the server-error ratio, its latency histogram (microseconds, shown
+    in seconds), and its SavedModel loads and warm-ups (labelled by the version's path)."""
+    m = 'model_name=~"$model_name"'
+    # load_attempt_count and model_warmup_latency name the version's folder, not the model.
+    path = 'model_path=~".*/($model_name)/[0-9]+/?"'
+    return [
+        _series(
+            "TF Serving: requests per second by status",
+            [
+                _target(
+                    "sum by (model_name, status) "
+                    f"(rate(:tensorflow:serving:request_count{{{m}}}[5m]))",
+                    "{{model_name}} {{status}}",
+                )
+            ],
+            unit="reqps",
+        ),
+        _series(
+            f"TF Serving: server-error ratio (budget {ERROR_RATIO_BUDGET:.0%})",
+            [
+                _target(
+                    "sum by (model_name) "
+                    f"(rate(:tensorflow:serving:request_count{{{m}, {TF_SERVER_ERRORS}}}[5m]))"
+                    " / sum by (model_name) "
+                    f"(rate(:tensorflow:serving:request_count{{{m}}}[5m]))",
+                    "{{model_name}}",
+                )
+            ],
+            unit="percentunit",
+            thresholds=_threshold(ERROR_RATIO_BUDGET),
+            thresholdsStyleMode="line",
+        ),
+        _series(
+            "TF Serving: inference latency p50 and p99 "
+            f"(budget {LATENCY_BUDGET_SECONDS * 1000:.0f} ms)",
+            [
+                _target(
+                    f"histogram_quantile({q}, sum by (model_name, le) (rate("
+                    f":tensorflow:serving:request_latency_bucket{{{m}, {TF_INFERENCE}}}[5m])))"
+                    f" / {MICROSECONDS:g}",
+                    f"{{{{model_name}}}} p{round(q * 100)}",
+                    ref,
+                )
+                for q, ref in ((0.5, "A"), (0.99, "B"))
+            ],
+            unit="s",
+            thresholds=_threshold(LATENCY_BUDGET_SECONDS),
+            thresholdsStyleMode="line",
+        ),
+        _series(
+            "TF Serving: SavedModel loads per hour by status, and warm-up time p99",
+            [
+                _target(
+                    "sum by (status) "
+                    f"(increase(:tensorflow:cc:saved_model:load_attempt_count{{{path}}}[1h]))",
+                    "loads {{status}}",
+                ),
+                _target(
+                    "histogram_quantile(0.99, sum by (le) (rate("
+                    f":tensorflow:serving:model_warmup_latency_bucket{{{path}}}[1h])))"
+                    f" / {MICROSECONDS:g}",
+                    "warm-up p99 (s)",
+                    "B",
+                ),
+            ],
+            unit="short",
+        ),
+    ]
 
 
 def _dashed(prefix: str) -> dict:

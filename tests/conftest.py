@@ -69,6 +69,45 @@ def recording_webhook(entry: Callable[[BaseHTTPRequestHandler, dict], object] | 
         server.server_close()
 
 
+@contextlib.contextmanager
+def running_pushgateway(folder: Path):
+    """A real Pushgateway (Debian's `prometheus-pushgateway`, installed on demand) on 127.0.0.1
+    on a free port, logging into `folder`; yields its URL."""
+    import socket
+    import subprocess
+    import time
+    import urllib.request
+
+    from tests import system_packages
+
+    program = system_packages.require({"prometheus-pushgateway": "prometheus-pushgateway"})
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    log = folder / "pushgateway.log"
+    with log.open("w") as output:
+        process = subprocess.Popen(
+            [program["prometheus-pushgateway"], f"--web.listen-address=127.0.0.1:{port}"],
+            stdout=output,
+            stderr=subprocess.STDOUT,
+        )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    try:
+        while True:
+            try:
+                with urllib.request.urlopen(f"{url}/-/ready", timeout=2):
+                    break
+            except OSError:
+                if process.poll() is not None or time.monotonic() > deadline:
+                    pytest.fail(f"the Pushgateway did not start: {log.read_text()[-2000:]}")
+                time.sleep(0.1)
+        yield url
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
 def run_artifacts(store, run_id: str, type_name: str) -> list:
     """The artifacts of one type in a run's ML Metadata context (its pipeline_run), by run id."""
     context = store.get_context_by_type_and_name("pipeline_run", run_id)

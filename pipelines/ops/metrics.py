@@ -199,26 +199,8 @@ def collect_run_metrics(
       paths: its paths (the spec, the metadata store).
       now: the run's finishing time (Unix seconds); None: now.
     """
-    metrics = RunMetrics()
+    metrics = result_metrics(result, paths.spec, now)
     pipeline = result.pipeline
-    outcome = Outcome(result.outcome)
-    for each in Outcome:
-        metrics.outcome.labels(pipeline, each.value).set(1 if each is outcome else 0)
-    metrics.finished.labels(pipeline).set(time.time() if now is None else now)
-    if result.pipeline_seconds is not None:
-        metrics.duration.labels(pipeline).set(result.pipeline_seconds)
-    if result.span is not None:
-        metrics.span.labels(pipeline).set(result.span)
-    for node in result.nodes:
-        metrics.component_duration.labels(pipeline, node.node_id).set(node.seconds)
-        metrics.component_cached.labels(pipeline, node.node_id).set(node.state == "cached")
-    for metric in paths.spec.evaluation.metrics:
-        if metric.lower_bound is not None:
-            from pipelines.ops.report import keras_metric_name
-
-            bound = metric.lower_bound
-            metrics.lower_bound.labels(pipeline, keras_metric_name(metric.name)).set(bound)
-
     store = open_store(paths.spec, paths.metadata_path)
     nodes = read_run_artifacts(store, result.run_id) if store and result.run_id else {}
     splits = _rows(metrics, pipeline, nodes)
@@ -235,11 +217,73 @@ def collect_run_metrics(
         from pipelines.metadata import custom_property
 
         last = pushes[-1]
-        version = custom_property(last, "pushed_version")
-        if version is not None and str(version).isdigit():
-            metrics.pushed_version.labels(pipeline).set(int(version))
-        metrics.last_push.labels(pipeline).set(last.create_time_since_epoch / 1000)
+        set_last_push(
+            metrics,
+            pipeline,
+            custom_property(last, "pushed_version"),
+            last.create_time_since_epoch / 1000,
+        )
     return metrics.registry
+
+
+def set_outcome(metrics: RunMetrics, pipeline: str, possible: Iterable[Outcome]) -> None:
+    """Sets `conveyor_run_outcome` from the outcomes the run may have had: with one, 1 for it
+    and 0 for the others; with several (a Kubeflow run that succeeded, when the exit handler
+    cannot tell whether it pushed), 0 for the outcomes ruled out and nothing for the rest, since
+    a guess would draw a wrong outcome on the dashboard."""
+    possible = set(possible)
+    for each in Outcome:
+        if each not in possible:
+            metrics.outcome.labels(pipeline, each.value).set(0)
+        elif len(possible) == 1:
+            metrics.outcome.labels(pipeline, each.value).set(1)
+
+
+def result_metrics(
+    result: RunResult,
+    spec: PipelineSpec,
+    now: float | None = None,
+    possible_outcomes: Iterable[Outcome] | None = None,
+) -> RunMetrics:
+    """The metrics a run's result and its spec tell without ML Metadata: the outcome, when it
+    finished, its duration and span, each component's time, the evaluation floors.
+
+    Args:
+      result: the finished run (its `pipeline_seconds`, `span` and `nodes` may be unknown).
+      spec: its spec (the evaluation's lower bounds).
+      now: the run's finishing time (Unix seconds); None: now.
+      possible_outcomes: when the outcome is not known for sure, those it may be
+        (`set_outcome`); None: the result's.
+    """
+    metrics = RunMetrics()
+    pipeline = result.pipeline
+    outcomes = [Outcome(result.outcome)] if possible_outcomes is None else possible_outcomes
+    set_outcome(metrics, pipeline, outcomes)
+    metrics.finished.labels(pipeline).set(time.time() if now is None else now)
+    if result.pipeline_seconds is not None:
+        metrics.duration.labels(pipeline).set(result.pipeline_seconds)
+    if result.span is not None:
+        metrics.span.labels(pipeline).set(result.span)
+    for node in result.nodes:
+        metrics.component_duration.labels(pipeline, node.node_id).set(node.seconds)
+        metrics.component_cached.labels(pipeline, node.node_id).set(node.state == "cached")
+    for metric in spec.evaluation.metrics:
+        if metric.lower_bound is not None:
+            from pipelines.ops.report import keras_metric_name
+
+            bound = metric.lower_bound
+            metrics.lower_bound.labels(pipeline, keras_metric_name(metric.name)).set(bound)
+    return metrics
+
+
+def set_last_push(
+    metrics: RunMetrics, pipeline: str, version: str | int | None, pushed_at: float
+) -> None:
+    """Sets the pipeline's last successful push: its version (when it is a number, as TF
+    Serving's version folders are) and its time (Unix seconds)."""
+    if version is not None and str(version).isdigit():
+        metrics.pushed_version.labels(pipeline).set(int(version))
+    metrics.last_push.labels(pipeline).set(pushed_at)
 
 
 def _rows(metrics: RunMetrics, pipeline: str, nodes: dict[str, NodeArtifacts]) -> list[str]:
@@ -347,12 +391,35 @@ def export_run_metrics(
     Returns:
       The run's registry, or None when the spec names no sink (nothing was read then).
     """
-    spec = paths.spec
-    textfile = textfile_path(spec, paths.workdir)
-    url = pushgateway_url(spec)
-    if textfile is None and not url:
+    if not has_sink(paths.spec):
         return None
     registry = collect_run_metrics(result, paths)
+    send_run_metrics(registry, paths.spec, paths.workdir, echo)
+    return registry
+
+
+def has_sink(spec: PipelineSpec) -> bool:
+    """The spec names a textfile, or a Pushgateway whose variable holds a URL."""
+    return bool(spec.runtime.metrics.textfile_dir or pushgateway_url(spec))
+
+
+def send_run_metrics(
+    registry: CollectorRegistry,
+    spec: PipelineSpec,
+    workdir: Path,
+    echo: Callable[[str], None] = print,
+) -> None:
+    """Writes a run's registry to the textfile and pushes it to the Pushgateway the spec
+    names (either or both); a sink that fails is a warning line, never an exception.
+
+    Args:
+      registry: the run's metrics (`collect_run_metrics`, or `result_metrics(...).registry`).
+      spec: the run's spec (its `runtime.metrics`).
+      workdir: what a relative `textfile_dir` is under.
+      echo: where the lines saying what went where go.
+    """
+    textfile = textfile_path(spec, workdir)
+    url = pushgateway_url(spec)
     if textfile is not None:
         try:
             textfile.parent.mkdir(parents=True, exist_ok=True)
@@ -378,11 +445,84 @@ def export_run_metrics(
                 f"warning: metrics not pushed to the Pushgateway in ${variable}: "
                 f"{type(err).__name__}: {reason}"
             )
-    return registry
+
+
+# --- TF Serving's own metrics ---------------------------------------------------------------------
+
+# What the `tensorflow/serving` image exports on its Prometheus path once the monitoring.config
+# Conveyor writes enables it: TensorFlow's monitoring metrics, declared in TF Serving's and
+# TensorFlow's C++ sources under these names, with these labels. Its exporter
+# (tensorflow_serving/util/prometheus_exporter.cc, GetPrometheusMetricName) turns every
+# character that is not [a-zA-Z0-9_] into `:`, so `/tensorflow/serving/request_count` is scraped
+# as `:tensorflow:serving:request_count`; a counter keeps its name (no `_total`), a sampler is a
+# histogram (`_bucket`, `_sum`, `_count`). Latencies are in microseconds.
+TF_SERVING_METRICS = {
+    # name in the source: (kind, labels, source file)
+    "/tensorflow/serving/request_count": (
+        "counter",
+        ("model_name", "status"),  # status: the canonical code's name: OK, INVALID_ARGUMENT...
+        "tensorflow/serving: tensorflow_serving/servables/tensorflow/util.cc",
+    ),
+    "/tensorflow/serving/request_latency": (
+        "histogram",  # microseconds; `status` is a label in releases since it was added
+        ("model_name", "API", "entrypoint", "status"),
+        "tensorflow/serving: tensorflow_serving/servables/tensorflow/util.cc",
+    ),
+    "/tensorflow/serving/runtime_latency": (
+        "histogram",  # microseconds in the TensorFlow runtime alone
+        ("model_name", "API", "runtime"),
+        "tensorflow/serving: tensorflow_serving/servables/tensorflow/util.cc",
+    ),
+    "/tensorflow/serving/request_example_counts": (
+        "histogram",
+        ("model",),
+        "tensorflow/serving: tensorflow_serving/servables/tensorflow/util.cc",
+    ),
+    "/tensorflow/serving/request_example_count_total": (
+        "counter",
+        ("model",),
+        "tensorflow/serving: tensorflow_serving/servables/tensorflow/util.cc",
+    ),
+    "/tensorflow/serving/model_warmup_latency": (
+        "histogram",  # microseconds; status: the warm-up's status text ("OK" when it worked)
+        ("model_path", "status"),
+        "tensorflow/serving: tensorflow_serving/servables/tensorflow/saved_model_warmup_util.cc",
+    ),
+    "/tensorflow/cc/saved_model/load_attempt_count": (
+        "counter",  # status: "success" or "fail"; model_path: the version's folder
+        ("model_path", "status"),
+        "tensorflow/tensorflow: tensorflow/cc/saved_model/loader.cc",
+    ),
+    "/tensorflow/cc/saved_model/load_latency": (
+        "counter",  # microseconds spent loading, summed over successful loads
+        ("model_path",),
+        "tensorflow/tensorflow: tensorflow/cc/saved_model/loader.cc",
+    ),
+}
+
+
+def tf_serving_prometheus_name(name: str) -> str:
+    """A TensorFlow monitoring metric's name as TF Serving's Prometheus exporter writes it
+    (prometheus_exporter.cc's GetPrometheusMetricName)."""
+    rendered = re.sub(r"[^a-zA-Z0-9_]", ":", name)
+    return "_" + rendered if rendered[:1].isdigit() else rendered
+
+
+def tf_serving_metric_names() -> set[str]:
+    """Every sample name TF_SERVING_METRICS gives, as PromQL sees it."""
+    suffixes = {"counter": ("",), "histogram": ("_bucket", "_sum", "_count")}
+    return {
+        tf_serving_prometheus_name(name) + suffix
+        for name, (kind, _, _) in TF_SERVING_METRICS.items()
+        for suffix in suffixes[kind]
+    }
 
 
 def metric_names_in(promql: str) -> set[str]:
-    """The Conveyor metric names (`conveyor_...`) a PromQL expression reads; label values
-    (quoted) are left out, so `{job="conveyor_x"}` names none."""
+    """The metric names a PromQL expression reads that Conveyor's monitoring knows: Conveyor's
+    (`conveyor_...`) and TF Serving's (`:tensorflow:...`); label values (quoted) are left out,
+    so `{job="conveyor_x"}` names none."""
     unquoted = re.sub(r'"(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\'', '""', promql)
-    return set(re.findall(rf"\b{PREFIX}[A-Za-z0-9_]*", unquoted))
+    conveyor = re.findall(rf"\b{PREFIX}[A-Za-z0-9_]*", unquoted)
+    tf_serving = re.findall(r"(?<![A-Za-z0-9_:]):tensorflow:[A-Za-z0-9_:]*", unquoted)
+    return set(conveyor) | set(tf_serving)

@@ -10,7 +10,8 @@ module adds only what KFP itself needs:
 - custom artifact types whose names KFP's schema titles reject get a `conveyor.Name` title;
 - the job's output directory and the nightly schedule for KFP and Vertex AI;
 - an exit handler (`components.run_finish`), which KFP runs after every task, whatever their
-  state: when the run did not succeed it writes the run's report under the workdir and alerts.
+  state: when the run did not succeed it writes the run's report under the workdir and alerts;
+  for every run it exports the run's metrics it can know (docs/monitoring.md, Kubeflow runs).
   With it, KFP nests the pipeline's tasks in a `tfx-dag` sub-DAG, and the root DAG holds that
   and the exit handler.
 
@@ -197,8 +198,10 @@ def schedule_description(spec: PipelineSpec, job_file: str) -> dict[str, Any]:
 
 def exit_handler(spec: PipelineSpec, workdir: str):
     """The exit handler node: `components.run_finish`'s RunFinish, given the final status KFP
-    fills in, the resolved spec (the pipeline's name and its webhook's variable) and the
-    workdir its report goes under."""
+    fills in, the resolved spec (the pipeline's name, its webhook's variable and metrics
+    sinks), the workdir its report goes under, and the job's creation time, which KFP
+    substitutes for its placeholder (the run's duration, and whether it pushed)."""
+    from kfp.dsl import PIPELINE_JOB_CREATE_TIME_UTC_PLACEHOLDER
     from tfx.orchestration.kubeflow.decorators import FinalStatusStr
 
     from components.run_finish.component import RunFinish
@@ -207,6 +210,7 @@ def exit_handler(spec: PipelineSpec, workdir: str):
         final_status=FinalStatusStr(),
         resolved_spec=json.dumps(spec.to_yaml_dict()),
         workdir=str(workdir),
+        job_created_at=PIPELINE_JOB_CREATE_TIME_UTC_PLACEHOLDER,
     ).with_id(EXIT_HANDLER_ID)
 
 

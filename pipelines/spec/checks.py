@@ -8,6 +8,7 @@ them. Only `check_beam_options` imports Beam, and only when compiling or running
 from __future__ import annotations
 
 import socket
+from pathlib import Path
 
 from pipelines.paths import CONFIGS_DIR
 from pipelines.spec.loading import LoadedSpec, SpecError
@@ -64,6 +65,14 @@ def check_profile(loaded: LoadedSpec, target: Orchestrator | None = None) -> Non
     if target is Orchestrator.AIRFLOW and spec.schedule.start_date is None:
         raise ProfileError(
             f"{prefix}schedule.start_date: Airflow needs a start date for the nightly DAG."
+        )
+    textfile_dir = spec.runtime.metrics.textfile_dir
+    if target is Orchestrator.KUBEFLOW and textfile_dir and Path(textfile_dir).is_absolute():
+        # The exit handler's pod is gone once it has written: only the workdir is shared.
+        raise ProfileError(
+            f"{prefix}runtime.metrics.textfile_dir: {textfile_dir} is a folder inside the "
+            "Kubeflow exit handler's pod, which nothing reads; give a folder relative to the "
+            "workdir (the storage every task sees), or use runtime.metrics.pushgateway_url_env."
         )
 
 

@@ -186,6 +186,15 @@ def test_the_exit_handler_gets_the_final_status_after_every_task(compiled, name)
     assert (workdir.constant.string_value or workdir.constant_value.string_value).startswith(
         "/gcs/"
     )
+    # KFP fills in the job's creation time: the run's duration and whether it pushed.
+    created = handler.inputs.parameters["job_created_at"].runtime_value
+    assert (created.constant.string_value or created.constant_value.string_value) == (
+        "{{$.pipeline_job_create_time_utc}}"
+    )
+    # Every parameter RunFinish takes is given (KFP would fail the task on a missing one).
+    from components.run_finish.component import RunFinish
+
+    assert set(handler.inputs.parameters) == set(RunFinish.SPEC_CLASS.PARAMETERS)
     # The pipeline's own tasks are all inside the sub-DAG.
     assert set(spec.components[PIPELINE_DAG].dag.tasks) == set(job_tasks(job["pipelineSpec"])) - {
         EXIT_HANDLER_ID

@@ -1,7 +1,8 @@
 """The Grafana dashboards in monitoring/dashboards/: the committed JSON is what
 monitoring/dashboards.py generates (grafanalib), and every query of every panel and variable
 reads a metric Conveyor exports, from a run (pipelines/ops/metrics.py) or from the model server
-(pipelines/serving/runtime/metrics.py)."""
+(pipelines/serving/runtime/metrics.py), or one TF Serving exports (pipelines/ops/metrics.py's
+TF_SERVING_METRICS, which cites TF Serving's sources)."""
 
 import json
 
@@ -22,7 +23,11 @@ def test_the_committed_dashboard_is_what_the_code_generates(name):
 
 @pytest.mark.parametrize("name", dashboards.DASHBOARDS)
 def test_every_query_reads_a_metric_conveyor_exports(name):
-    exported = metrics.run_metric_names() | metrics.exported_names(ServerMetrics().registry)
+    exported = (
+        metrics.run_metric_names()
+        | metrics.exported_names(ServerMetrics().registry)
+        | metrics.tf_serving_metric_names()
+    )
     rendered = json.loads((dashboards.OUTPUT_DIR / name).read_text())
     queries = dashboards.queries(rendered)
     assert len(queries) > len(rendered["panels"])  # each panel's targets and the variable
@@ -38,3 +43,17 @@ def test_a_query_of_a_metric_nobody_exports_is_caught():
         "conveyor_run_outcomes_total"
     }
     assert not metrics.metric_names_in("conveyor_run_outcomes_total") <= exported
+
+
+def test_the_serving_dashboard_reads_tf_servings_own_metrics():
+    rendered = json.loads((dashboards.OUTPUT_DIR / "conveyor-serving.json").read_text())
+    read = set().union(*(metrics.metric_names_in(q) for q in dashboards.queries(rendered)))
+    tf_serving = read & metrics.tf_serving_metric_names()
+    assert {
+        ":tensorflow:serving:request_count",
+        ":tensorflow:serving:request_latency_bucket",
+        ":tensorflow:cc:saved_model:load_attempt_count",
+        ":tensorflow:serving:model_warmup_latency_bucket",
+    } <= tf_serving
+    # No wildcard: a name TF Serving does not export is caught.
+    assert not {":tensorflow:serving:request_count_total"} <= metrics.tf_serving_metric_names()

@@ -7,7 +7,9 @@ DAG run's task states as Airflow would hand them: a failed night, a blocked nigh
 night each get the summary, report, alert and outcome record `conveyor run` gives them.
 
 Kubeflow's exit handler with the final-status JSON KFP passes it, against a webhook on
-127.0.0.1: a failed run alerts, a succeeded run does not.
+127.0.0.1: a failed run alerts, a succeeded run does not. Its executor, run as KFP runs it
+(`RunFinish_Executor.Do` with the compiled parameters), pushes every run's metrics to a real
+Pushgateway (Debian's `prometheus-pushgateway`) on 127.0.0.1, read back from its /metrics.
 """
 
 import json
@@ -22,7 +24,7 @@ from pipelines.metadata import connection_config
 from pipelines.ops import finish
 from pipelines.paths import REPORT_FILE, RUN_SUMMARY, RunPaths
 from pipelines.spec.loading import load_spec
-from tests.conftest import recording_webhook
+from tests.conftest import recording_webhook, running_pushgateway
 
 WEBHOOK_ENV = "CONVEYOR_TEST_WEBHOOK"
 DAG_RUN_ID = "scheduled__2026-11-28T02:00:00+00:00"
@@ -352,6 +354,172 @@ def test_the_exit_handler_refuses_text_that_is_not_a_final_status():
         final_status_result('{"state": ["not", "a", "string"]}', "penguin")
     with pytest.raises(json_format.ParseError):
         final_status_result("not json", "penguin")
+
+
+# --- Kubeflow's exit handler: the run's metrics -----------------------------------------------
+
+GATEWAY_ENV = "CONVEYOR_TEST_PUSHGATEWAY"
+CREATED = "2026-11-28T02:00:00.123456789Z"  # KFP's {{$.pipeline_job_create_time_utc}}
+CREATED_SECONDS = 1795831200.123456
+
+
+@pytest.fixture(scope="module")
+def pushgateway(tmp_path_factory):
+    with running_pushgateway(tmp_path_factory.mktemp("pushgateway")) as url:
+        yield url
+
+
+@pytest.fixture
+def kubeflow_job(tmp_path, monkeypatch, pushgateway):
+    """The kubeflow penguin spec pushing to the Pushgateway and writing a textfile under the
+    workdir; returns a function running the exit handler's executor as KFP does."""
+    monkeypatch.setenv(GATEWAY_ENV, pushgateway)
+    overrides = [
+        f"runtime.metrics.pushgateway_url_env={GATEWAY_ENV}",
+        "runtime.metrics.textfile_dir=metrics",
+    ]
+    spec = load_spec("penguin", env="kubeflow", overrides=overrides).spec
+    paths = RunPaths(workdir=tmp_path.resolve(), spec=spec)
+
+    def run_exit_handler(final_status: dict, created_at: str = CREATED) -> None:
+        from components.run_finish.component import RunFinish_Executor
+
+        RunFinish_Executor().Do(
+            {},
+            {},
+            {
+                "final_status": json.dumps(final_status),
+                "resolved_spec": json.dumps(spec.to_yaml_dict()),
+                "workdir": str(paths.workdir),
+                "job_created_at": created_at,
+            },
+        )
+
+    return paths, run_exit_handler
+
+
+def _gateway_samples(url: str) -> dict:
+    """(name, labels without job and instance) -> value of every Conveyor sample pushed."""
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(f"{url}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    samples = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name.startswith("conveyor_"):
+                assert sample.labels.pop("job") == "conveyor"
+                sample.labels.pop("instance", None)
+                samples[(sample.name, frozenset(sample.labels.items()))] = sample.value
+    return samples
+
+
+def _labels(**labels) -> frozenset:
+    return frozenset({"pipeline": "penguin", **labels}.items())
+
+
+def _publish(paths: RunPaths, version: int, pushed_at: str) -> None:
+    """A version in the serving folder with the push record the Pusher writes beside it."""
+    from components.pusher.layout import PUSH_RECORD
+
+    folder = paths.serving_dir / str(version)
+    folder.mkdir(parents=True)
+    (folder / PUSH_RECORD).write_text(json.dumps({"version": version, "pushed_at": pushed_at}))
+
+
+def test_a_failed_kubeflow_run_exports_its_outcome_and_duration(kubeflow_job, pushgateway):
+    paths, run_exit_handler = kubeflow_job
+    _publish(paths, 4, "2026-11-27T02:40:00Z")  # last night's push, not this run's
+
+    run_exit_handler(FAILED_STATUS)
+
+    samples = _gateway_samples(pushgateway)
+    outcomes = {
+        dict(labels)["outcome"]: value
+        for (name, labels), value in samples.items()
+        if name == "conveyor_run_outcome"
+    }
+    assert outcomes == {"failed": 1, "pushed": 0, "not_pushed": 0, "blocked": 0}
+    finished = samples[("conveyor_run_finished_timestamp_seconds", _labels())]
+    duration = samples[("conveyor_run_duration_seconds", _labels())]
+    assert duration == pytest.approx(finished - CREATED_SECONDS)
+    assert samples[("conveyor_model_pushed_version", _labels())] == 4
+    last_push = samples[("conveyor_model_last_push_timestamp_seconds", _labels())]
+    assert last_push == int(CREATED_SECONDS) - 24 * 3600 + 40 * 60
+    # What KFP's ML Metadata holds is absent rather than invented.
+    read_from_the_store = {
+        "conveyor_component_duration_seconds",
+        "conveyor_data_rows",
+        "conveyor_evaluation_metric",
+        "conveyor_model_blessed",
+        "conveyor_run_span",
+    }
+    assert not read_from_the_store & {name for name, _ in samples}
+    # The textfile went under the workdir, the storage every task of the job sees.
+    textfile = paths.workdir / "metrics" / "penguin.prom"
+    assert 'conveyor_run_outcome{outcome="failed",pipeline="penguin"} 1.0' in textfile.read_text()
+
+
+def test_a_kubeflow_run_that_pushed_replaces_the_group_with_pushed(kubeflow_job, pushgateway):
+    paths, run_exit_handler = kubeflow_job
+    _publish(paths, 4, "2026-11-27T02:40:00Z")
+    run_exit_handler(FAILED_STATUS)
+    _publish(paths, 5, "2026-11-28T02:31:07Z")  # pushed by this job, after its creation
+
+    run_exit_handler({"state": "SUCCEEDED", "pipelineJobResourceName": "jobs/penguin-2"})
+
+    samples = _gateway_samples(pushgateway)
+    assert samples[("conveyor_run_outcome", _labels(outcome="pushed"))] == 1
+    assert samples[("conveyor_run_outcome", _labels(outcome="failed"))] == 0
+    assert samples[("conveyor_model_pushed_version", _labels())] == 5
+    pushed_at = samples[("conveyor_model_last_push_timestamp_seconds", _labels())]
+    assert pushed_at == int(CREATED_SECONDS) + 31 * 60 + 7
+
+
+def test_a_succeeded_kubeflow_run_that_pushed_nothing_is_not_pushed(kubeflow_job, pushgateway):
+    paths, run_exit_handler = kubeflow_job
+    _publish(paths, 4, "2026-11-27T02:40:00Z")  # the newest push is older than the job
+
+    run_exit_handler({"state": "SUCCEEDED", "pipelineJobResourceName": "jobs/penguin-3"})
+
+    samples = _gateway_samples(pushgateway)
+    assert samples[("conveyor_run_outcome", _labels(outcome="not_pushed"))] == 1
+    assert samples[("conveyor_run_outcome", _labels(outcome="pushed"))] == 0
+    assert samples[("conveyor_model_pushed_version", _labels())] == 4
+
+
+def test_without_the_creation_time_a_succeeded_run_claims_no_push_outcome(
+    kubeflow_job, pushgateway
+):
+    paths, run_exit_handler = kubeflow_job
+    _publish(paths, 4, "2026-11-28T02:31:07Z")
+    unresolved = "{{$.pipeline_job_create_time_utc}}"  # a KFP backend that does not fill it
+
+    run_exit_handler({"state": "SUCCEEDED"}, created_at=unresolved)
+
+    samples = _gateway_samples(pushgateway)
+    outcomes = {
+        dict(labels)["outcome"]: value
+        for (name, labels), value in samples.items()
+        if name == "conveyor_run_outcome"
+    }
+    assert outcomes == {"failed": 0, "blocked": 0}  # it got through; whether it pushed: unknown
+    assert ("conveyor_run_duration_seconds", _labels()) not in samples
+    assert samples[("conveyor_model_pushed_version", _labels())] == 4
+
+
+def test_a_kubeflow_profile_refuses_a_textfile_inside_the_pod():
+    from pipelines.spec.checks import ProfileError, check_profile
+
+    loaded = load_spec(
+        "penguin", env="kubeflow", overrides=["runtime.metrics.textfile_dir=/var/lib/textfile"]
+    )
+    with pytest.raises(ProfileError, match=r"runtime\.metrics\.textfile_dir: /var/lib/textfile"):
+        check_profile(loaded)
+    relative = load_spec("penguin", env="kubeflow", overrides=["runtime.metrics.textfile_dir=m"])
+    check_profile(relative)  # under the workdir: shared storage
 
 
 def test_the_report_reads_an_airflow_run_back(night):

@@ -6,9 +6,7 @@ pipeline's group, and that a sink that fails is a warning which never shows the 
 
 import importlib.util
 import socket
-import subprocess
 import sys
-import time
 import urllib.request
 from pathlib import Path
 
@@ -25,7 +23,7 @@ from pipelines.outcome import Outcome, RunResult
 from pipelines.paths import RunPaths
 from pipelines.run.plan import Run
 from pipelines.spec.loading import LoadedSpec, load_spec
-from tests import system_packages
+from tests.conftest import running_pushgateway
 
 RUN_ID = "penguin-20261129T020000.000000Z"
 EARLIER_RUN_ID = "penguin-20261128T020000.000000Z"
@@ -222,29 +220,8 @@ def test_a_blocked_run_writes_its_metrics_to_the_textfile(paths, recorded, monke
 @pytest.fixture(scope="module")
 def pushgateway(tmp_path_factory):
     """A real Pushgateway on 127.0.0.1 on a free port; yields its URL."""
-    program = system_packages.require({"prometheus-pushgateway": "prometheus-pushgateway"})
-    port = _free_port()
-    log = tmp_path_factory.mktemp("pushgateway") / "log"
-    with log.open("w") as output:
-        process = subprocess.Popen(
-            [program["prometheus-pushgateway"], f"--web.listen-address=127.0.0.1:{port}"],
-            stdout=output,
-            stderr=subprocess.STDOUT,
-        )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            with urllib.request.urlopen(f"{url}/-/ready", timeout=2):
-                break
-        except OSError:
-            if process.poll() is not None or time.monotonic() > deadline:
-                process.kill()
-                pytest.fail(f"the Pushgateway did not start: {log.read_text()[-2000:]}")
-            time.sleep(0.1)
-    yield url
-    process.terminate()
-    process.wait(timeout=30)
+    with running_pushgateway(tmp_path_factory.mktemp("pushgateway")) as url:
+        yield url
 
 
 def _pushed(url: str) -> dict:
