@@ -5,7 +5,10 @@ start-up, the TensorFlow/TFX imports and the pipeline itself. Both tools get a c
 directories) and an unchanged re-run (same directories, same data). Conveyor's unchanged re-run
 answers from its fingerprint without importing TFX, so Conveyor also gets a forced re-run
 (`--force`: through TFX, every component a cache hit); both of its re-runs are compared with the
-one raw re-run. The tools alternate within each repetition so that machine noise falls on both
+one raw re-run. A like-for-like row runs TFX's own penguin module (the one the raw reference
+trains, from the tfx wheel) through Conveyor, with Transform and the same steps
+(bench/penguin_tfx_module.yaml), on the rows the raw reference writes, cold, against the same
+raw cold run. The tools alternate within each repetition so that machine noise falls on both
 alike. Peak memory comes from GNU time (/usr/bin/time, Debian package `time`).
 
     .venv/bin/python bench/bench_penguin.py [--repeats N] [--json PATH] [--out-dir DIR] [--keep]
@@ -41,6 +44,11 @@ from measure import (
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_RAW_SCRIPT = REPO_ROOT / "bench/reference/raw_tfx_penguin.py"
+# TFX's penguin module through Conveyor: trainer.module and transform.module name the module the
+# raw reference trains (tfx.examples.penguin.penguin_utils_keras), with the same steps.
+TFX_MODULE_SPEC = REPO_ROOT / "bench/penguin_tfx_module.yaml"
+TFX_MODULE_INPUT_DIR = Path("data/penguin_tfx")  # relative to the workdir; the spec reads it
+TFX_MODULE_SERVING_DIR = Path("serving/penguin_tfx")  # relative to the workdir
 VENV_PYTHON = REPO_ROOT / ".venv/bin/python"
 CONVEYOR = REPO_ROOT / ".venv/bin/conveyor"
 
@@ -53,7 +61,10 @@ CONVEYOR_OUTCOMES = ("PUSHED:", "NOT_PUSHED:", "BLOCKED:", "FAILED:", "UNCHANGED
 
 # The (tool, scenario) runs of one repetition, in order. Conveyor's "rerun" is a plain run of the
 # unchanged workdir (fingerprint fast path, UNCHANGED:); "force" adds --force (through TFX).
+# "conveyor_tfx" is TFX's penguin module through Conveyor; its cold run comes first, so the raw
+# cold run both Conveyor cold runs are set against sits between them.
 RUN_ORDER = [
+    ("conveyor_tfx", "cold"),
     ("raw", "cold"),
     ("conveyor", "cold"),
     ("raw", "rerun"),
@@ -63,14 +74,16 @@ RUN_ORDER = [
 SCENARIOS = {
     "raw": ["cold", "rerun"],
     "conveyor": ["cold", "rerun", "force"],
+    "conveyor_tfx": ["cold"],
 }
-# The table's rows: (Conveyor scenario, the raw scenario it is compared with, label).
+# The table's rows: (Conveyor tool, its scenario, the raw scenario it is compared with, label).
 COMPARISONS = [
-    ("cold", "cold", "cold"),
-    ("rerun", "rerun", "unchanged re-run"),
-    ("force", "rerun", "unchanged re-run, --force (through TFX)"),
+    ("conveyor", "cold", "cold", "cold"),
+    ("conveyor", "rerun", "rerun", "unchanged re-run"),
+    ("conveyor", "force", "rerun", "unchanged re-run, --force (through TFX)"),
+    ("conveyor_tfx", "cold", "cold", "cold, TFX's module (like for like)"),
 ]
-LABEL_WIDTH = max(len(label) for _, _, label in COMPARISONS)
+LABEL_WIDTH = max(len(label) for *_, label in COMPARISONS)
 HELP_RUNS = 5
 
 
@@ -100,7 +113,7 @@ def measure(
     Args:
         command: the process to run; its stdout and stderr go to `log_path`.
         log_path: where the process's output is written.
-        tool: "raw", "conveyor" (labels only).
+        tool: "raw", "conveyor", "conveyor_tfx" (labels only).
         scenario: "cold", "rerun", "force" or "help" (labels only).
         repetition: which repetition this run belongs to.
 
@@ -174,9 +187,9 @@ def count_raw_pushes(out_dir: Path) -> int:
     return len(os.listdir(serving)) if serving.is_dir() else 0
 
 
-def count_conveyor_pushes(workdir: Path) -> int:
-    """Counts the numbered model versions under Conveyor's serving directory."""
-    serving = workdir / CONVEYOR_SERVING_DIR
+def count_conveyor_pushes(workdir: Path, serving_dir: Path = CONVEYOR_SERVING_DIR) -> int:
+    """Counts the numbered model versions under a Conveyor serving directory of `workdir`."""
+    serving = workdir / serving_dir
     if not serving.is_dir():
         return 0
     return sum(1 for entry in serving.iterdir() if entry.name.isdigit())
@@ -218,6 +231,48 @@ def run_conveyor(scenario: str, repetition: int, workdir: Path, logs: Path) -> M
     return result
 
 
+def load_raw_script(raw_script: Path):
+    """The raw reference as a module, for its `prepare_data` (it imports nothing heavy at its
+    top: pandas and palmerpenguins only when prepare_data runs)."""
+    found = importlib.util.spec_from_file_location("_raw_tfx_penguin_reference", raw_script)
+    module = importlib.util.module_from_spec(found)
+    found.loader.exec_module(module)
+    if not callable(getattr(module, "prepare_data", None)):
+        raise BenchError(f"{raw_script} has no prepare_data(data_dir): cannot give both the rows")
+    return module
+
+
+def write_tfx_module_input(workdir: Path, raw_script: Path) -> int:
+    """Writes, with the raw reference's own `prepare_data`, the rows it trains on (TFX's
+    processed penguin CSV: 342 rows, species 0..2, culmen_* columns) where the spec reads them.
+
+    Returns:
+        How many rows were written.
+    """
+    data_dir = workdir / TFX_MODULE_INPUT_DIR
+    load_raw_script(raw_script).prepare_data(str(data_dir))
+    return sum(len(path.read_text().splitlines()) - 1 for path in data_dir.glob("*.csv"))
+
+
+def run_conveyor_tfx_module(
+    scenario: str, repetition: int, workdir: Path, logs: Path
+) -> Measurement:
+    """Runs `conveyor run bench/penguin_tfx_module.yaml` once: TFX's penguin module through
+    Conveyor (Transform, TFX's Trainer with the module's run_fn, the Evaluator, the Pusher)."""
+    command = [str(CONVEYOR), "run", str(TFX_MODULE_SPEC), "--env", "local"]
+    command += ["--workdir", str(workdir)]
+    result = measure(
+        command,
+        logs / f"conveyor_tfx-{scenario}.log",
+        tool="conveyor_tfx",
+        scenario=scenario,
+        repetition=repetition,
+    )
+    result.details = {"outcome": read_conveyor_outcome(Path(result.log))}
+    result.pushed_versions = count_conveyor_pushes(workdir, TFX_MODULE_SERVING_DIR)
+    return result
+
+
 def run_repetition(
     repetition: int, raw_script: Path, out_root: Path
 ) -> tuple[Path, list[Measurement]]:
@@ -228,11 +283,15 @@ def run_repetition(
     """
     rep_dir = Path(tempfile.mkdtemp(prefix=f"rep{repetition}-", dir=out_root))
     raw_dir, conveyor_dir, logs = rep_dir / "raw", rep_dir / "conveyor", rep_dir / "logs"
+    tfx_module_dir = rep_dir / "conveyor_tfx"
     write_conveyor_input(conveyor_dir)
+    write_tfx_module_input(tfx_module_dir, raw_script)
     results = []
     for tool, scenario in RUN_ORDER:
         if tool == "raw":
             results.append(run_raw(scenario, repetition, raw_script, raw_dir, logs))
+        elif tool == "conveyor_tfx":
+            results.append(run_conveyor_tfx_module(scenario, repetition, tfx_module_dir, logs))
         else:
             results.append(run_conveyor(scenario, repetition, conveyor_dir, logs))
         report_progress(results[-1])
@@ -261,7 +320,7 @@ def report_progress(result: Measurement) -> None:
     """Prints one finished run, so a long benchmark shows where it is."""
     extra = " ".join(f"{key}={value}" for key, value in result.details.items())
     print(
-        f"  rep {result.repetition} {result.tool:<8} {result.scenario:<5} "
+        f"  rep {result.repetition} {result.tool:<12} {result.scenario:<5} "
         f"{result.wall_seconds:7.1f} s {result.peak_rss_mib:7.0f} MiB "
         f"versions_in_serving={result.pushed_versions} {extra}",
         flush=True,
@@ -277,20 +336,21 @@ def median_of(results: list[Measurement], tool: str, scenario: str, attribute: s
 def summarize(results: list[Measurement], help_runs: list[Measurement]) -> dict:
     """Reduces the runs to medians per comparison, ratios, help timing and pushed versions.
 
-    `scenarios` is keyed by Conveyor's scenario; `raw_scenario` names the raw figure it is set
-    against (both Conveyor re-runs are compared with the one raw re-run).
+    `scenarios` is keyed by Conveyor's scenario ("cold", "rerun", "force"; "tfx_module_cold" for
+    TFX's module through Conveyor); `raw_scenario` names the raw figure it is set against (both
+    Conveyor re-runs are compared with the one raw re-run, both cold runs with the raw cold run).
     """
     scenarios = {}
-    for conveyor_scenario, raw_scenario, label in COMPARISONS:
+    for tool, conveyor_scenario, raw_scenario, label in COMPARISONS:
         raw_s, raw_mib = (
             median_of(results, "raw", raw_scenario, attribute)
             for attribute in ("wall_seconds", "peak_rss_mib")
         )
         conveyor_s, conveyor_mib = (
-            median_of(results, "conveyor", conveyor_scenario, attribute)
+            median_of(results, tool, conveyor_scenario, attribute)
             for attribute in ("wall_seconds", "peak_rss_mib")
         )
-        scenarios[conveyor_scenario] = {
+        scenarios[scenario_key(tool, conveyor_scenario)] = {
             "label": label,
             "raw_scenario": raw_scenario,
             "raw_seconds": raw_s,
@@ -317,6 +377,12 @@ def summarize(results: list[Measurement], help_runs: list[Measurement]) -> dict:
     }
 
 
+def scenario_key(tool: str, scenario: str) -> str:
+    """The summary's key of one comparison: Conveyor's own spec by scenario ("cold"), TFX's
+    module through Conveyor prefixed ("tfx_module_cold")."""
+    return scenario if tool == "conveyor" else f"tfx_module_{scenario}"
+
+
 def format_table(summary: dict) -> str:
     """Renders the summary as the plain-text table the benchmark prints."""
     header = (
@@ -324,8 +390,8 @@ def format_table(summary: dict) -> str:
         f"{'raw peak MiB':>12} | {'Conveyor peak MiB':>17} | {'ratio':>5}"
     )
     lines = [header, "-" * len(header)]
-    for conveyor_scenario, _, label in COMPARISONS:
-        row = summary["scenarios"][conveyor_scenario]
+    for tool, conveyor_scenario, _, label in COMPARISONS:
+        row = summary["scenarios"][scenario_key(tool, conveyor_scenario)]
         lines.append(
             f"{label:<{LABEL_WIDTH}} | {row['raw_seconds']:>9.1f} | "
             f"{row['conveyor_seconds']:>10.1f} | {row['seconds_ratio']:>5.2f} | "
@@ -337,10 +403,10 @@ def format_table(summary: dict) -> str:
     lines.append("")
     lines.append("pushed model versions after each run (one entry per repetition):")
     pushed = summary["pushed_versions_after_run"]
-    for conveyor_scenario, raw_scenario, label in COMPARISONS:
+    for tool, conveyor_scenario, raw_scenario, label in COMPARISONS:
         lines.append(
             f"  {label:<{LABEL_WIDTH}} raw TFX {pushed['raw'][raw_scenario]}  "
-            f"Conveyor {pushed['conveyor'][conveyor_scenario]}"
+            f"Conveyor {pushed[tool][conveyor_scenario]}"
         )
     return "\n".join(lines)
 

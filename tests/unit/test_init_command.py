@@ -1,9 +1,10 @@
-"""`conveyor init` on three CSVs of different shapes: each spec validates under every profile,
+"""`conveyor init` on four CSVs of different shapes: each spec validates under every profile,
 and the columns a model must not learn from are left out with the reason in the YAML.
 
 The command runs for real (pandas, TFDV); the CSVs are written here: the palmerpenguins CSV
-`conveyor data penguin` writes, taxi-like rows with an id, a leaky and a free-text column, and a
-small regression table with a column that copies the label.
+`conveyor data penguin` writes, taxi-like rows with an id, a leaky and a free-text column,
+generated taxi rows whose fare is the label, and a small regression table with a column that
+copies the label. tests/e2e/test_init_run.py runs the first three specs to a pushed model.
 """
 
 from pathlib import Path
@@ -44,6 +45,14 @@ def taxi_like_csv(folder: Path, rows: int = 600) -> Path:
     ]
     path = folder / "trips.csv"
     frame.to_csv(path, index=False)
+    return path
+
+
+def taxi_fares_csv(folder: Path, rows: int = 600) -> Path:
+    """Generated taxi rows as they are (missing values, text and integer categories), whose
+    fare a regression predicts."""
+    path = folder / "fares.csv"
+    taxi.write_rows(rows, path, seed=1)
     return path
 
 
@@ -134,6 +143,21 @@ def test_regression_spec_leaves_out_a_copy_of_the_label(tmp_path):
     label = pd.read_csv(workdir / "data" / "prices" / "prices.csv")["price"]
     assert metric["upper_bound"] == pytest.approx(label.var(ddof=0), rel=1e-3)
     load_spec(str(spec), env="ci", workdir=workdir)
+
+
+def test_taxi_fares_spec_is_a_regression_over_every_usable_column(tmp_path):
+    code, spec, workdir = run_init(tmp_path, "fares", taxi_fares_csv(tmp_path), "fare")
+    assert code == 0
+    data, text = _written(spec)
+    assert data["trainer"]["task"] == "regression"
+    features = {f["name"]: f["kind"] for f in data["trainer"]["features"]}
+    assert features["trip_miles"] == features["pickup_latitude"] == "numeric"  # with gaps
+    assert features["payment_type"] == features["trip_start_hour"] == "categorical"
+    assert "fare" not in features and "Left out" not in text
+    [metric] = data["evaluation"]["metrics"]
+    assert metric["name"] == "MeanSquaredError"
+    label = pd.read_csv(workdir / "data" / "fares" / "fares.csv")["fare"]
+    assert metric["upper_bound"] == pytest.approx(label.var(ddof=0), rel=1e-3)
 
 
 def test_a_label_that_is_not_a_column_is_refused_by_name(tmp_path, capsys):
