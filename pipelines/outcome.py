@@ -93,6 +93,9 @@ def worst_exit_code(codes) -> int:
 # How the Pusher words a model the infra validator refused (components/infra_validator), which
 # alerts although the run is NOT_PUSHED (`RunResult.alerts`).
 INFRA_REFUSAL = "the infra validator did not bless the model"
+# How it words a model held back because its TF Lite conversion failed or drifted while
+# `push.tflite.required` is true (components/tflite); it alerts as an infra refusal does.
+TFLITE_REFUSAL = "the TF Lite model did not pass"
 
 
 @dataclass
@@ -126,9 +129,11 @@ class RunResult:
     @property
     def alerts(self) -> bool:
         """Operators are told of it: a blocked or failed run, and also a model the Evaluator
-        blessed that the infra validator refused. That run is NOT_PUSHED (serving is as it
-        was, a re-run ends the same way) but a model that cannot be served is the operators'
-        problem, unlike a model the gate found worse."""
+        blessed that the infra validator refused (or whose required TF Lite model did not
+        pass). That run is NOT_PUSHED (serving is as it was, a re-run ends the same way) but a
+        model that cannot be served is the operators' problem, unlike a model the gate found
+        worse."""
         return Outcome(self.outcome).alerts or (
-            Outcome(self.outcome) is Outcome.NOT_PUSHED and INFRA_REFUSAL in self.message
+            Outcome(self.outcome) is Outcome.NOT_PUSHED
+            and (INFRA_REFUSAL in self.message or TFLITE_REFUSAL in self.message)
         )

@@ -14,7 +14,14 @@ Differences from TFX's filesystem Pusher, each a problem users hit in production
 - after the rename, TF Serving's models.config (and monitoring.config, batching.config) beside
   the base path is rewritten atomically with the version labels moved
   (pipelines/ops/labels.py), before TFX records the push; the labels moved are recorded on the
-  artifact (`conveyor_labels`).
+  artifact (`conveyor_labels`). With `push.serving_urls` that is two writes, the labels moving
+  once the model servers have loaded the version; labels that did not move in time are named
+  in `conveyor_reason`.
+- with a TF Lite converter before it (`push.tflite`, components/tflite), a passing
+  `model.tflite` is copied into the staged version and so appears in the same rename (TF
+  Serving started with `--prefer_tflite_model` serves it instead of `saved_model.pb`); a failed
+  one is left out (`conveyor_tflite` says why), or holds the push back under
+  `push.tflite.required`.
 Every outcome is recorded on the ModelPushPath artifact (`pushed`, `pushed_version`,
 `conveyor_reason`, `conveyor_model_id`) so `conveyor runs` and the next run's baseline resolver
 can read it from ML Metadata.
@@ -40,9 +47,12 @@ from components.pusher.layout import (  # noqa: F401 (re-exported for callers)
     read_push_record,
     served_versions,
 )
+from components.tflite.artifact import TFLITE_FILE, tflite_verdict
 
 REASON_PROPERTY = "conveyor_reason"
 LABELS_PROPERTY = "conveyor_labels"  # the labels the push moved to its version ("stable,canary")
+# With a TF Lite converter before the Pusher: whether model.tflite went in, and why (not).
+TFLITE_PROPERTY = "conveyor_tflite"
 BASELINE_MODEL_ID = "baseline_model_id"  # what TFX's Evaluator records on its blessing
 
 
@@ -53,8 +63,10 @@ class Executor(tfx_pusher_executor.Executor):
         """Pushes the model as the next integer version unless a reason holds it back.
 
         Not pushed: a model the Evaluator (or the infra validator) did not bless; a first model
-        (no baseline) under `first_run_policy: require_manual_bless`; a model identical to the
-        served version.
+        (no baseline) under `first_run_policy: require_manual_bless`; under
+        `push.tflite.required`, a model whose TF Lite conversion failed or drifted; a model
+        identical to the served version. With a TF Lite converter before it, a passing
+        `model.tflite` goes inside the version, in the same atomic rename.
         Either way the outcome and its reason are recorded on the ModelPushPath artifact.
         """
         self._log_startup(input_dict, output_dict, exec_properties)
@@ -84,6 +96,17 @@ class Executor(tfx_pusher_executor.Executor):
                 "review the run's report, then push this candidate with "
                 "`conveyor bless PIPELINE --run RUN_ID --reason TEXT`"
             )
+        tflite = tflite_verdict(input_dict)  # None: no converter; else (path or None, reason)
+        tflite_note = None
+        if tflite is not None:
+            tflite_path, why = tflite
+            tflite_note = f"with {TFLITE_FILE}" if tflite_path else f"without {TFLITE_FILE}: {why}"
+            model_push.set_string_custom_property(TFLITE_PROPERTY, tflite_note)
+            logging.info("TF Lite: the version goes %s", tflite_note)
+            if tflite_path is None and config.get("tflite_required"):
+                from pipelines.outcome import TFLITE_REFUSAL
+
+                return not_pushed(f"{TFLITE_REFUSAL} (push.tflite.required): {why}")
         model_dir = self.GetModelPath(input_dict)
         base_dir = config["serving_base_dir"]
         digest = model_digest(model_dir)
@@ -101,16 +124,24 @@ class Executor(tfx_pusher_executor.Executor):
                 "model_uri": model.uri,
                 "pushed_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             },
+            extra_files={TFLITE_FILE: tflite[0]} if tflite and tflite[0] else None,
         )
-        labels = []
+        labels, reason = [], f"pushed version {version}"
+        if tflite_note:
+            reason += f", {tflite_note}"
         if "push" in config:  # the pipeline's Pusher node always passes it (build/nodes/pusher)
             from pipelines.ops.labels import label_pushed_version
 
-            labels = label_pushed_version(
-                config["serving_config_dir"], config["push"], base_dir, version
+            # With push.serving_urls this waits until the model servers have loaded the version
+            # (two models.config writes); the labels that did not move are said in the reason.
+            rollout = label_pushed_version(
+                config["serving_config_dir"], config["push"], base_dir, version, logging.info
             )
+            labels = rollout.on(version)
+            if rollout.not_moved:
+                reason += f"; {rollout.note()}"
             failpoint("push:configured")
         self._MarkPushed(model_push, pushed_destination=target, pushed_version=str(version))
         model_push.set_string_custom_property(LABELS_PROPERTY, ",".join(labels))
-        model_push.set_string_custom_property(REASON_PROPERTY, f"pushed version {version}")
+        model_push.set_string_custom_property(REASON_PROPERTY, reason)
         logging.info("Model pushed to %s.", target)

@@ -83,12 +83,15 @@ def fsync_dir(folder: str | os.PathLike) -> None:
         os.close(fd)
 
 
-def publish(model_dir: str, base_dir: str, record: dict) -> tuple[int, str]:
+def publish(
+    model_dir: str, base_dir: str, record: dict, extra_files: dict[str, str] | None = None
+) -> tuple[int, str]:
     """Copies a SavedModel to the next version under base_dir atomically; returns both.
 
     The copy goes to a hidden staging folder, is flushed to disk (files, then folders), and is
     renamed into place: a model server polling the base path sees the version whole or not at
-    all, also after a crash or a power cut.
+    all, also after a crash or a power cut. `extra_files` (name in the version -> file to copy)
+    go in with it, inside the same rename (`model.tflite` beside `saved_model.pb`).
     """
     os.makedirs(base_dir, exist_ok=True)
     # A rolled-back version's number stays taken: a model server or a client that knew it must
@@ -100,6 +103,8 @@ def publish(model_dir: str, base_dir: str, record: dict) -> tuple[int, str]:
     shutil.rmtree(staging, ignore_errors=True)
     try:
         shutil.copytree(model_dir, staging)
+        for name, source in (extra_files or {}).items():
+            shutil.copyfile(source, os.path.join(staging, name))
         with open(os.path.join(staging, PUSH_RECORD), "w") as handle:
             json.dump({**record, "version": version}, handle, indent=2)
         _fsync_tree(staging)

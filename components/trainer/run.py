@@ -10,6 +10,10 @@ devices the spec names; CPU devices are split into logical devices when needed) 
 `multi_worker` (MultiWorkerMirroredStrategy from TF_CONFIG; the chief alone exports). The batch
 size is global. Training runs in chunks of `checkpoint_every_steps`, each ending in a
 checkpoint (Keras BackupAndRestore), so a killed trainer re-run resumes where it stopped.
+
+Keras' TensorBoard callback writes the training summary into TFX's ModelRun folder
+(`fn_args.model_run_dir`): the batch loss and metrics, the validation after each chunk, and,
+for `trainer.profile_steps`, a profiler trace of those steps (see docs/monitoring.md).
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ from components.trainer.features import (
 log = logging.getLogger(__name__)
 
 PROGRESS_FILE = "progress.json"  # steps completed, next to the BackupAndRestore checkpoints
+LOSS_CURVE_POINTS = 100  # about how many times a training writes its batch loss to the summary
 
 
 def prepare_devices(trainer: Mapping[str, Any]) -> None:
@@ -264,6 +269,52 @@ def is_chief(strategy: tf.distribute.Strategy) -> bool:
     return resolver.task_type == "worker" and resolver.task_id == 0 and not has_chief
 
 
+def summary_every(train_steps: int) -> int:
+    """How often (in steps) the training summary records the batch metrics: about
+    LOSS_CURVE_POINTS points per training, every step for a short one."""
+    return max(1, train_steps // LOSS_CURVE_POINTS)
+
+
+def profile_batches(profile_steps: Sequence[int] | None, resumed_from: int) -> tuple[int, int]:
+    """Keras' `profile_batch` for `trainer.profile_steps` (training steps counted from 1).
+
+    Keras counts the batches of this `fit` from 1, and a resumed training's fit starts after
+    `resumed_from` steps: the range is shifted by them, cut where it began before the resume,
+    and (0, 0) (no profiling) when it ended before.
+    """
+    if not profile_steps:
+        return (0, 0)
+    start, end = (int(step) - resumed_from for step in profile_steps)
+    if end < 1:
+        return (0, 0)
+    return (max(start, 1), end)
+
+
+def tensorboard_callback(
+    model_run_dir: str, train_steps: int, profile: tuple[int, int]
+) -> keras.callbacks.TensorBoard:
+    """Keras' TensorBoard callback writing the training summary into TFX's ModelRun folder.
+
+    The batch loss and metrics (and steps per second) every `summary_every` steps in `train/`,
+    the validation after each chunk in `validation/`, and a profiler trace of the batches
+    `profile` (Keras' `profile_batch`; (0, 0): none) under `plugins/profile/`.
+    `write_steps_per_second` is also what makes tf_keras call the callback after each batch:
+    without it, batch-level summaries are never written.
+    """
+    return keras.callbacks.TensorBoard(
+        log_dir=model_run_dir,
+        update_freq=summary_every(train_steps),
+        write_steps_per_second=True,
+        profile_batch=profile,
+    )
+
+
+def profile_traces(model_run_dir: str) -> list[str]:
+    """The profiler traces (`*.xplane.pb`) under a ModelRun folder, oldest first."""
+    pattern = os.path.join(model_run_dir, "plugins", "profile", "*", "*.xplane.pb")
+    return sorted(tf.io.gfile.glob(pattern))
+
+
 def chunk_steps(train_steps: int, checkpoint_every: int) -> int:
     """The largest step count <= checkpoint_every that divides train_steps exactly."""
     for steps in range(min(checkpoint_every, train_steps), 0, -1):
@@ -402,8 +453,13 @@ def train(
             ]
         if resumed_from:
             log.info("resuming from the checkpoint after step %d", resumed_from)
+        profile = (0, 0)
         if model_run_dir:
-            callbacks.append(keras.callbacks.TensorBoard(log_dir=model_run_dir))
+            # Only the chief profiles: every worker of a cluster on one host would write the
+            # same trace file.
+            if is_chief(strategy):
+                profile = profile_batches(trainer.get("profile_steps"), resumed_from)
+            callbacks.append(tensorboard_callback(model_run_dir, train_steps, profile))
         start = time.perf_counter()
         history = network.fit(
             train_ds,
@@ -437,6 +493,11 @@ def train(
         # Per split, label value -> rows; the counts in full are in UNSEEN_LABELS_FILE.
         "unseen_labels": {split: count["unseen"] for split, count in counted.items()},
     }
+    if profile != (0, 0):
+        traces = profile_traces(model_run_dir)
+        summary["profile_steps"] = list(trainer["profile_steps"])
+        summary["profile_trace"] = traces[-1] if traces else None
+        log.info("profiler trace of steps %s: %s", trainer.get("profile_steps"), traces)
     log.info("training summary: %s", summary)
 
     module = model_lib.ServingModule(features, preprocessor, network)

@@ -258,6 +258,34 @@ class ChartRenderer:
 
         return self.draw(metric, WIDTH_INCHES + 1.2, 0.9 + 0.3 * len(rows), plot)
 
+    def loss_curve(
+        self,
+        train: Sequence[tuple[int, float]],
+        validation: Sequence[tuple[int, float]] = (),
+        profiled: tuple[int, int] | None = None,
+    ) -> str | None:
+        """The training loss by step as a line, the validation loss as dots joined by a
+        dashed line, and the profiled steps shaded grey; None without a training point."""
+        if not train:
+            return None
+
+        def plot(figure, axes):
+            if profiled:
+                axes.axvspan(profiled[0], profiled[1], color=BASELINE, alpha=0.35, linewidth=0,
+                             label=f"profiled steps {profiled[0]}-{profiled[1]}")  # fmt: skip
+            axes.plot([s for s, _ in train], [v for _, v in train], color=TRAIN, linewidth=1.4,
+                      label="training (batch_loss)")  # fmt: skip
+            if validation:
+                axes.plot([s for s, _ in validation], [v for _, v in validation], color=EVAL,
+                          linestyle="--", marker="o", markersize=3, linewidth=1.2,
+                          label="validation")  # fmt: skip
+            axes.set_xlabel("step")
+            axes.set_ylabel("loss")
+            _few_ticks(axes.xaxis)
+            axes.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0))
+
+        return self.draw("Loss by training step", WIDE_INCHES, 2.2, plot, _TIME_MARGINS)
+
     def timings(self, nodes: Sequence[tuple[str, str, float]]) -> str | None:
         """Seconds per component as bars coloured by how it ran (executed, cached, failed)."""
         if not nodes:

@@ -85,8 +85,8 @@ def _write_report(planned: Run, result: RunResult, echo: Callable[[str], None]) 
 
 
 def _log_decisions(planned: Run, result: RunResult, echo: Callable[[str], None]) -> None:
-    """A JSON log's `gate` events (data gate, model, infra validation) and `push` event; a text
-    log has the report for them."""
+    """A JSON log's `gate` events (data gate, model, infra validation, TF Lite) and `push`
+    event; a text log has the report for them."""
     if not structured(echo):
         return
     try:
@@ -95,7 +95,7 @@ def _log_decisions(planned: Run, result: RunResult, echo: Callable[[str], None])
         echo(f"warning: gate decisions not logged: {type(err).__name__}: {err}")
         return
     gates = (("data_gate", decided.data_gate), ("model", decided.model))
-    for gate, badge in (*gates, ("infra_validation", decided.infra)):
+    for gate, badge in (*gates, ("infra_validation", decided.infra), ("tflite", decided.tflite)):
         if badge is not None:
             emit(echo, "gate", run_id=result.run_id, gate=gate, decision=badge.text,
                  note=badge.note)  # fmt: skip

@@ -10,9 +10,10 @@ A run that stopped early shows what exists and says what does not.
 This module prepares the page's data as plain dataclasses; the markup is the jinja2 templates in
 `pipelines/ops/templates/` (autoescaped, so a message or a column name is text, never markup).
 The page has inline CSS, no scripts and no external URLs. Its charts (`pipelines.ops.charts`:
-distributions per feature, top values, metrics per slice, seconds per component) are inline SVG
-drawn with matplotlib, imported only when the first chart is drawn; a chart that cannot be drawn
-is left out, never a reason to lose the page. The page of a taxi-sized run (15 columns, two
+distributions per feature, top values, metrics per slice, seconds per component, the loss by
+training step from the Trainer's TensorBoard summary) are inline SVG drawn with matplotlib,
+imported only when the first chart is drawn; a chart that cannot be drawn is left out, never a
+reason to lose the page. The page of a taxi-sized run (15 columns, two
 splits and a drift reference) stays under `SIZE_BUDGET_BYTES`.
 
 TensorFlow Model Analysis is imported only when the run has an evaluation to read; statistics and
@@ -25,6 +26,7 @@ import datetime
 import functools
 import logging
 import re
+import shlex
 import warnings
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -106,6 +108,7 @@ class GateDecisions:
     model: Badge
     push: Badge
     infra: Badge | None = None
+    tflite: Badge | None = None  # None: the pipeline has no TF Lite converter
 
 
 @dataclass
@@ -177,6 +180,21 @@ class Evaluation:
     rubber_stamp: bool = False
     table: Table | None = None
     charts: list[markupsafe.Markup] = field(default_factory=list)  # a metric per slice each
+
+
+@dataclass
+class Training:
+    """The Trainer's TensorBoard log directory (its ModelRun artifact) and what is in it: the
+    command that opens it, the profiler traces, and the loss curve of its summary."""
+
+    log_dir: str | None  # None: the Trainer did not run
+    link: str = ""  # a file:// URL of a local log directory, "" for a remote one
+    command: str = ""
+    cached: bool = False
+    traces: list[str] = field(default_factory=list)
+    profile_steps: tuple[int, int] | None = None  # what the trainer was asked to profile
+    chart: markupsafe.Markup | None = None
+    points: int = 0  # training loss points read
 
 
 @dataclass
@@ -301,7 +319,7 @@ def _gate_decisions(result: RunResult, nodes: dict[str, NodeArtifacts]) -> GateD
             push = Badge(f"pushed version {pushed.get('pushed_version')}", "ok", " ".join(notes))
         else:
             push = Badge("not pushed", "warn", " ".join(notes))
-    return GateDecisions(data, model, push, _infra_badge(nodes))
+    return GateDecisions(data, model, push, _infra_badge(nodes), _tflite_badge(nodes))
 
 
 def gate_decisions(result: RunResult, paths: RunPaths) -> GateDecisions:
@@ -781,6 +799,36 @@ def _evaluation(
     return section
 
 
+def _training(nodes: dict[str, NodeArtifacts], charts: ChartRenderer) -> Training:
+    """The Trainer's ModelRun folder read back (pipelines.ops.training_summary): Conveyor's
+    trainer writes its summary there with Keras' TensorBoard callback; a run_fn module writes
+    there what it chooses to."""
+    from pipelines.ops.training_summary import read_training_log
+
+    node, model_run = find_output(nodes, "ModelRun")
+    if model_run is None:
+        return Training(log_dir=None)
+    uri = model_run.uri
+    local = "://" not in uri
+    found = read_training_log(uri) if local else None
+    section = Training(
+        log_dir=uri,
+        link=Path(uri).absolute().as_uri() if local else "",
+        command=f"tensorboard --logdir {shlex.quote(uri)}",
+        cached=node is not None and node.cached,
+    )
+    if found is None:
+        return section
+    asked = found.summary.get("profile_steps")
+    section.profile_steps = (int(asked[0]), int(asked[1])) if asked else None
+    section.traces = [str(path) for path in found.traces]
+    train = found.train_loss()
+    section.points = len(train)
+    profiled = section.profile_steps if section.traces else None
+    section.chart = _markup(charts.loss_curve(train, found.validation_loss(), profiled))
+    return section
+
+
 def _push(nodes: dict[str, NodeArtifacts]) -> Push | None:
     node, pushed = find_output(nodes, "PushedModel")
     if pushed is None:
@@ -792,6 +840,63 @@ def _push(nodes: dict[str, NodeArtifacts]) -> Push | None:
         reason=pushed.get("conveyor_reason"),
         pusher_state=node.state if node is not None else None,
     )
+
+
+@dataclass
+class TfLite:
+    """The TF Lite converter's verdict and figures (components/tflite/artifact.py), and what
+    the Pusher did with its model."""
+
+    verdict: Badge
+    table: Table
+    in_push: str
+
+
+def _tflite_badge(nodes: dict[str, NodeArtifacts]) -> Badge | None:
+    """The TF Lite converter's verdict and its reason, or None when it did not run."""
+    node, converted = find_output(nodes, "TFLiteModel")
+    if converted is None:
+        return None
+    note = converted.get("conveyor_reason") or ""
+    if node is not None and node.cached:
+        note += " (cached conversion of an earlier run)"
+    if converted.get("passed") == 1:
+        return Badge("passed", "ok", note.strip())
+    if note.startswith("not converted"):  # a model not blessed: nothing was tried
+        return Badge("not converted", "none", note.strip())
+    return Badge("not passed", "warn", note.strip())
+
+
+def _tflite(nodes: dict[str, NodeArtifacts]) -> TfLite | None:
+    verdict = _tflite_badge(nodes)
+    if verdict is None:
+        return None
+    _, converted = find_output(nodes, "TFLiteModel")
+    _, pushed = find_output(nodes, "PushedModel")
+    # The difference and the tolerance are recorded as text (a double keeps six decimals only).
+    worst = str(converted.get("max_abs_difference") or "")
+    if converted.get("worst_output"):
+        worst += f" ({converted.get('worst_output')})"
+    metric = converted.get("metric")
+    rows = [
+        ("quantization", converted.get("quantization")),
+        ("model.tflite (bytes)", _num(converted.get("size_bytes"))),
+        ("SavedModel (bytes)", _num(converted.get("savedmodel_size_bytes"))),
+        ("evaluation rows compared", _num(converted.get("parity_rows"))),
+        ("largest absolute difference", worst),
+        ("tolerance", converted.get("tolerance")),
+        ("class agreement", _num(converted.get("agreement"))),
+    ]
+    if metric:
+        rows += [
+            (f"{metric}: SavedModel", _num(converted.get("metric_savedmodel"))),
+            (f"{metric}: TF Lite", _num(converted.get("metric_tflite"))),
+            (f"{metric}: TF Lite minus SavedModel", _num(converted.get("metric_delta"))),
+        ]
+    in_push = (pushed.get("conveyor_tflite") if pushed is not None else None) or (
+        "the Pusher did not run" if pushed is None else "not pushed"
+    )
+    return TfLite(verdict, _table(("", ""), rows), in_push)
 
 
 def _section(name: str, prepare) -> Section:
@@ -810,8 +915,10 @@ def report_page(result: RunResult, paths: RunPaths, nodes: dict[str, NodeArtifac
         _section("components", lambda: _components(result, charts)),
         _section("statistics", lambda: _statistics(nodes, charts)),
         _section("data_gate", lambda: _data_gate(result, nodes)),
+        _section("training", lambda: _training(nodes, charts)),
         _section("evaluation", lambda: _evaluation(nodes, result, paths.spec, charts)),
         _section("push", lambda: _push(nodes)),
+        _section("tflite", lambda: _tflite(nodes)),
     ]
     generated = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
     return ReportPage(

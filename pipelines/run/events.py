@@ -10,7 +10,7 @@ started): a text log shows nothing for them.
 
 Events: run_started, component_started, component_finished, component_cached,
 component_failed, pipeline_finished, gate (one per decision: data gate, model, infra
-validation), push, report, verdict; any other line is a `message` event.
+validation, TF Lite), push, report, verdict; any other line is a `message` event.
 """
 
 from __future__ import annotations

@@ -226,12 +226,27 @@ COMPONENT_TYPES: dict[str, ComponentType] = {
             },
         ),
         ComponentType(
+            "tflite_converter",
+            "Converts the blessed candidate's `serving_default` to TF Lite (`push.tflite`) and "
+            "checks it against the SavedModel on evaluation rows: outputs within "
+            "`push.tflite.tolerance`. The Pusher puts a passing `model.tflite` in the version.",
+            f"{_NODES}.tflite:build",
+            provides=("tflite_model",),
+            needs=("model", "blessing", "examples"),
+        ),
+        ComponentType(
             "pusher",
             "Publishes a blessed model as the next TF Serving version, atomically (and only "
-            "an infra-validated one when an infra validator runs before it).",
+            "an infra-validated one when an infra validator runs before it), with the TF Lite "
+            "model inside when a `tflite_converter` before it passed.",
             f"{_NODES}.pusher:build",
             provides=("pushed_model",),
             needs=("model", "blessing"),
+            needs_when=(
+                ConditionalNeed(
+                    "tflite_model", "push.tflite.enabled", lambda s: s.push.tflite.enabled
+                ),
+            ),
         ),
     )
 }
@@ -261,6 +276,7 @@ ROLE_TYPES: dict[str, str] = {
     "baseline_model": "Model",
     "blessing": "ModelBlessing",
     "infra_blessing": "InfraBlessing",
+    "tflite_model": "TFLiteModel",
     "pushed_model": "PushedModel",
 }
 

@@ -20,6 +20,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -362,6 +363,10 @@ class Strategy(str, enum.Enum):
     MULTI_WORKER = "multi_worker"
 
 
+# A training step, counted from 1; strict, so `true` or `2.5` is not read as a step.
+StepNumber = Annotated[int, Field(ge=1, strict=True)]
+
+
 class TrainerSpec(StrictModel):
     """The model Conveyor's Keras trainer builds, and how it trains it."""
 
@@ -416,6 +421,12 @@ class TrainerSpec(StrictModel):
     checkpoint_every_steps: int = Field(
         default=100, gt=0, description="Steps between the checkpoints a re-run resumes from."
     )
+    profile_steps: tuple[StepNumber, StepNumber] | None = Field(
+        default=None,
+        description="`[start, end]`: capture a TensorBoard profiler trace of these training "
+        "steps (1-based, inclusive) into the Trainer's ModelRun folder (unset: no trace). "
+        "Conveyor's trainer and `build_model` hooks only.",
+    )
     warm_start: bool = Field(
         default=False,
         description="Initialise from the served model (needs a warm_start_resolver component).",
@@ -433,6 +444,23 @@ class TrainerSpec(StrictModel):
         description="Passed to the module: `fn_args.custom_config` (run_fn), `spec.config` "
         "(build_model).",
     )
+
+    @field_validator("profile_steps")
+    @classmethod
+    def _profile_steps_within_training(cls, steps, info: ValidationInfo):
+        # A field validator, so the error names the key and where its value came from.
+        if steps is None:
+            return steps
+        start, end = steps
+        if start > end:
+            raise ValueError(f"[{start}, {end}] starts after it ends")
+        train_steps = info.data.get("train_steps")
+        if train_steps is not None and end > train_steps:
+            raise ValueError(
+                f"[{start}, {end}] ends after the training's last step ({train_steps}, "
+                "trainer.train_steps)"
+            )
+        return steps
 
     @model_validator(mode="after")
     def _label_not_a_feature(self) -> TrainerSpec:
@@ -669,6 +697,72 @@ class DeploySpec(StrictModel):
     )
 
 
+class TfLiteQuantization(str, enum.Enum):
+    """How the TF Lite converter shrinks the model's weights (`push.tflite.quantization`)."""
+
+    NONE = "none"  # float32 weights and kernels, as the SavedModel has them
+    DYNAMIC = "dynamic"  # dynamic range: int8 weights, float activations
+    FLOAT16 = "float16"  # float16 weights, computed in float32
+
+
+# The default `push.tflite.tolerance` by quantization. Measured on the evaluation rows of the
+# reference pipelines (`ci` profile, docs/user-code.md#tf-lite): float32 TF Lite kernels agree
+# with TensorFlow's to 1.2e-7, so 1e-4 leaves room for other kernels and still catches a wrong
+# op; quantized weights moved a probability by up to 0.0068 (taxi, dynamic range) and 0.0051
+# (penguin, float16), so 0.02 passes that noise and refuses what a broken conversion does
+# (answers off by tenths) and float16's rounding of large constants (taxi: 0.043).
+TFLITE_DEFAULT_TOLERANCE = {
+    TfLiteQuantization.NONE: 1e-4,
+    TfLiteQuantization.DYNAMIC: 0.02,
+    TfLiteQuantization.FLOAT16: 0.02,
+}
+
+
+class TfLiteSpec(StrictModel):
+    """A TF Lite copy of each pushed model, beside its SavedModel, checked against it first."""
+
+    enabled: bool = Field(
+        default=False,
+        description="Convert the blessed candidate's `serving_default` to TF Lite (a "
+        "`tflite_converter` goes before the Pusher unless `components` lists one) and push "
+        "`model.tflite` inside its version folder when it matches the SavedModel.",
+    )
+    quantization: TfLiteQuantization = Field(
+        default=TfLiteQuantization.NONE,
+        description="`none` (float32), `dynamic` (dynamic range: int8 weights, for weight "
+        "tensors of 1,024 elements or more) or `float16` (every float constant in float16, "
+        "normalisation constants included).",
+    )
+    tolerance: float | None = Field(
+        default=None,
+        ge=0,
+        description="The largest absolute difference allowed between the TF Lite interpreter's "
+        "and the SavedModel's floating-point outputs on the same evaluation rows (probabilities, "
+        "or predictions in the label's units); unset: 0.0001 for `none`, 0.02 for `dynamic` "
+        "and `float16`.",
+    )
+    parity_rows: int = Field(
+        default=200,
+        ge=1,
+        le=100000,
+        description="How many rows of the evaluation split both models answer for the parity "
+        "check (fewer when the split has fewer).",
+    )
+    required: bool = Field(
+        default=False,
+        description="`false`: a conversion that fails or drifts beyond `tolerance` pushes the "
+        "SavedModel without `model.tflite`; `true`: it blocks the push, as an infra "
+        "validator's refusal does.",
+    )
+
+    @property
+    def max_difference(self) -> float:
+        """`tolerance`, or its default for the quantization."""
+        if self.tolerance is not None:
+            return self.tolerance
+        return TFLITE_DEFAULT_TOLERANCE[self.quantization]
+
+
 class PushSpec(StrictModel):
     """Where a blessed model is published for TF Serving, how it is labelled and served, and how
     many versions stay."""
@@ -728,9 +822,37 @@ class PushSpec(StrictModel):
         description="Infra validation: how long the candidate's fresh model server may take to "
         "load it and report ready.",
     )
+    serving_urls: list[str] = Field(
+        default_factory=list,
+        description="REST base URLs (`http://host:8501`) of the model servers that read this "
+        "models.config: a label move onto a version they have not loaded is written in two "
+        "steps, waiting until each reports it AVAILABLE (none: one write).",
+    )
+    serving_wait_seconds: float = Field(
+        default=300.0,
+        gt=0,
+        le=3600,
+        description="How long a label move waits for the serving_urls to load its version; "
+        "after that the version stays loaded and the labels stay where they were.",
+    )
     deploy: DeploySpec = Field(
         default_factory=DeploySpec, description="Kubernetes manifests (`conveyor deploy render`)."
     )
+    tflite: TfLiteSpec = Field(
+        default_factory=TfLiteSpec,
+        description="A TF Lite model inside each pushed version (docs/user-code.md#tf-lite).",
+    )
+
+    @field_validator("serving_urls")
+    @classmethod
+    def _rest_base_urls(cls, urls: list[str]) -> list[str]:
+        for url in urls:
+            if not re.fullmatch(r"https?://[^/\s?#]+/?", url):
+                raise ValueError(
+                    f"{url!r} is not a model server's REST base URL such as http://host:8501 "
+                    "(scheme, host and port only: Conveyor adds /v1/models/...)"
+                )
+        return [url.rstrip("/") for url in urls]
 
     @model_validator(mode="after")
     def _labels_need_a_policy_that_loads_them(self) -> PushSpec:
@@ -909,7 +1031,8 @@ class MetricsSpec(StrictModel):
     textfile_dir: NoParentPath | None = Field(
         default=None,
         description="Folder of node-exporter's textfile collector; each run replaces "
-        "`<pipeline>.prom` there atomically. Absolute, or relative to the workdir.",
+        "`<pipeline>.prom` there atomically. Absolute, or relative to the workdir (for "
+        "Kubeflow only relative: an absolute folder would be inside the exit handler's pod).",
     )
     pushgateway_url_env: str | None = Field(
         default=None,
@@ -1186,6 +1309,24 @@ class PipelineSpec(StrictModel):
     )
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    @model_validator(mode="after")
+    def _tflite_converter_in_the_chain(self) -> PipelineSpec:
+        # Defined first, so the checks below see the chain as it runs. `push.tflite.enabled` is
+        # the one switch: a chain without a converter (the reference one, or a listed one)
+        # gains it just before its Pusher; listing it places it (and names its id) explicitly.
+        types = [c.type for c in self.components]
+        if self.push.tflite.enabled and "tflite_converter" not in types:
+            at = types.index("pusher") if "pusher" in types else len(types)
+            chain = list(self.components)
+            chain.insert(at, ComponentRef(type="tflite_converter"))
+            object.__setattr__(self, "components", tuple(chain))
+        elif "tflite_converter" in types and not self.push.tflite.enabled:
+            raise ValueError(
+                "a `tflite_converter` component needs push.tflite.enabled: true (and takes its "
+                "settings from push.tflite)"
+            )
+        return self
 
     @model_validator(mode="after")
     def _unique_node_ids(self) -> PipelineSpec:

@@ -198,6 +198,8 @@ def _type(node: dict[str, Any], defs: dict[str, Any]) -> str:
         text = " or ".join(_type(o, defs) for o in options)
         return text + " or null" if len(options) < len(node["anyOf"]) else text
     kind = node.get("type")
+    if kind == "array" and "prefixItems" in node:  # a fixed-length tuple, e.g. [start, end]
+        return "[" + ", ".join(_type(item, defs) for item in node["prefixItems"]) + "]"
     if kind == "array":
         text = f"list of {_type(node.get('items', {}), defs)}"
     elif kind == "object":

@@ -238,6 +238,12 @@ def spec_problem(spec) -> tuple[str, str] | None:
             contract = trainer_contract(trainer_module)
         except UserCodeError as err:
             return "trainer.module", f"trainer.module {trainer_module!r}: {err}."
+        if contract is Contract.TFX_RUN_FN and spec.trainer.profile_steps is not None:
+            return "trainer.profile_steps", (
+                f"trainer.profile_steps: trainer.module {trainer_module!r} is a run_fn module, "
+                "which runs its own fit; profile there instead (keras.callbacks.TensorBoard("
+                "fn_args.model_run_dir, profile_batch=(start, end)) in its callbacks)."
+            )
         if spec.transform is not None and contract is Contract.CONVEYOR_HOOK:
             return "trainer.module", (
                 f"trainer.module {trainer_module!r} is a build_model hook, and the spec sets "

@@ -1,13 +1,17 @@
 """One real penguin run (`conveyor run --log-format json`), then its report and the pipeline's
 history page opened in a real headless Chromium (Debian's `chromium`): the screenshots show the
 charts drawn (the palette's colours over real areas), the browser logs no console message, the
-DOM it built holds every SVG; and the run's standard output was one JSON event per line."""
+DOM it built holds every SVG; and the run's standard output was one JSON event per line. The
+run profiles a few training steps: the trace, the loss in the training summary and the report's
+loss curve and log-directory link are checked too."""
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from PIL import Image
@@ -18,6 +22,7 @@ from pipelines.paths import PROJECT_ROOT
 pytestmark = pytest.mark.e2e
 
 WIDTH = 1200
+PROFILED = (2, 4)  # the training steps the run profiles (trainer.profile_steps)
 
 
 def _chromium() -> str:
@@ -51,7 +56,10 @@ def penguin(tmp_path_factory):
     """A pushed penguin run (ci profile) with a JSON event log, and its history page."""
     workdir = str(tmp_path_factory.mktemp("browser"))
     assert _conveyor("data", "penguin", "--workdir", workdir).returncode == 0
-    run = _conveyor("run", "penguin", "--env", "ci", "--workdir", workdir, "--log-format", "json")
+    run = _conveyor(
+        "run", "penguin", "--env", "ci", "--workdir", workdir, "--log-format", "json",
+        "--set", f"trainer.profile_steps=[{PROFILED[0]}, {PROFILED[1]}]",
+    )  # fmt: skip
     assert run.returncode == 0, run.stderr[-3000:]
     events = [json.loads(line) for line in run.stdout.splitlines()]  # every line is JSON
     history = _conveyor("report", "penguin", "--history", "--env", "ci", "--workdir", workdir)
@@ -111,6 +119,29 @@ def test_the_run_logged_one_json_event_per_line(penguin):
     verdict = events[-1]
     assert verdict["outcome"] == "pushed" and verdict["exit_code"] == 0
     assert verdict["message"].startswith("PUSHED: pushed version 1")
+
+
+def test_the_trainer_wrote_its_loss_and_a_profile_trace_that_the_report_shows(penguin):
+    from pipelines.ops.training_summary import read_training_log
+
+    _, report, _ = penguin
+    workdir = Path(report).parents[3]
+    [model_run] = (workdir / "pipeline_root" / "penguin" / "trainer" / "model_run").iterdir()
+    [trace] = model_run.glob("plugins/profile/*/*.xplane.pb")  # TensorFlow's profiler wrote it
+    assert trace.stat().st_size > 1000
+    found = read_training_log(model_run)
+    steps = [step for step, _ in found.train_loss()]
+    assert steps == list(range(1, found.summary["steps"] + 1))  # ci: every step
+    assert found.validation_loss() and found.summary["profile_steps"] == list(PROFILED)
+    page = open(report).read()
+    training = page[page.index("<h2>Training</h2>") :]
+    assert f'<a href="{model_run.as_uri()}">' in training
+    assert f"tensorboard --logdir {model_run}" in training and str(trace) in training
+    [svg] = re.findall(r'<svg class="chart" role="img" aria-label="Loss by training step".*?</svg>',
+                       training, flags=re.S)  # fmt: skip
+    # The training loss line (matplotlib simplifies it: 150 steps drew 34 vertices).
+    lines = re.findall(rf'<path d="([^"]+)"[^>]*style="fill: none; stroke: {charts.TRAIN}', svg)
+    assert max(d.count(" L ") for d in lines) >= 10
 
 
 def test_the_report_renders_its_charts_in_chromium(penguin, tmp_path):

@@ -1,5 +1,7 @@
 """The taxi spec runs the same code on a dataset it was not written for: an inferred schema,
-an integer binary label derived from two columns, hashed integer categories, missing values."""
+an integer binary label derived from two columns, hashed integer categories, missing values.
+The run also converts the model to TF Lite (`push.tflite`), whose parity this checks on taxi's
+columns (tests/e2e/test_tflite.py has the rest of TF Lite, on penguin)."""
 
 import tensorflow as tf
 
@@ -7,11 +9,13 @@ from pipelines import cli
 from pipelines.ops import nightly
 from pipelines.paths import RunPaths
 from pipelines.spec.loading import load_spec
+from pipelines.spec.models import TFLITE_DEFAULT_TOLERANCE, TfLiteQuantization
+from tests.tflite_check import largest_difference
 
 
 def test_taxi_runs_fully_and_serves_a_binary_classifier(tmp_path):
     assert cli.main(["data", "taxi", "--env", "ci", "--workdir", str(tmp_path)]) == 0
-    loaded = load_spec("taxi", env="ci", workdir=tmp_path)
+    loaded = load_spec("taxi", env="ci", overrides=["push.tflite.enabled=true"], workdir=tmp_path)
     result = nightly.run(loaded, tmp_path, echo=lambda _: None)
 
     assert result.outcome == "pushed", result.message
@@ -44,3 +48,8 @@ def test_taxi_runs_fully_and_serves_a_binary_classifier(tmp_path):
     assert probabilities.shape == (2, 1)
     assert ((probabilities >= 0) & (probabilities <= 1)).all()
     assert set(outputs["classes"].numpy().tolist()) <= {b"0", b"1"}
+
+    # The float32 TF Lite model inside the version answers the data's rows as the SavedModel.
+    [csv_file] = (tmp_path / "data" / "taxi").glob("*/taxi.csv")
+    worst, compared = largest_difference(paths.serving_dir / "1", csv_file)
+    assert compared == 400 and worst <= TFLITE_DEFAULT_TOLERANCE[TfLiteQuantization.NONE]

@@ -14,6 +14,8 @@ LABEL_KEYS = (
     "after_rollback",
     "batching",
     "monitoring_path",
+    "serving_urls",
+    "serving_wait_seconds",
 )
 
 
@@ -27,6 +29,9 @@ def build(ctx: BuildContext, node_id: str) -> None:
     from components.pusher.component import Pusher
 
     base = str(ctx.paths.serving_dir)
+    # A TF Lite converter before the Pusher: its passing model.tflite goes inside the version; a
+    # failed one blocks the push only with push.tflite.required (components/tflite).
+    tflite = ctx.need("tflite_model", node_id) if ctx.has("tflite_model") else None
     node = Pusher(
         model=ctx.need("model", node_id),
         model_blessing=ctx.need("blessing", node_id),
@@ -40,7 +45,9 @@ def build(ctx: BuildContext, node_id: str) -> None:
             "first_run_policy": ctx.spec.evaluation.first_run.value,
             "serving_config_dir": str(ctx.paths.serving_config_dir),
             "push": ctx.spec.push.model_dump(mode="json", include=set(LABEL_KEYS)),
+            **({"tflite_required": ctx.spec.push.tflite.required} if tflite else {}),
         },
+        tflite_model=tflite,
     ).with_id(node_id)
     ctx.add(node)
     ctx.provide("pushed_model", node.outputs["pushed_model"])
