@@ -9,7 +9,9 @@ with 1 and 8 concurrent clients, it measures latency (p50, p99) and requests per
                 zero overhead
     server      `python -m pipelines.serving.runtime` on 127.0.0.1, driven by wrk (Debian's
                 `wrk`, C, one thread with N keep-alive connections) POSTing the row-format JSON
-                body of the same rows
+                body of the same rows; with `--workers 1 2`, a server of one worker process
+                and one of two (`--workers 2`: two processes on one port), each a side of its
+                own (`server` and `server x2`)
 
 and prints the server's figures as ratios to the in-process ones, with the issue's floors: p50 at
 batch 1 within 3x the in-process call, and requests/s with 8 clients at least 60% of the
@@ -22,8 +24,9 @@ wrk must be installed (`scripts/ensure_system_packages.sh wrk`). The model is
 when there is none, the penguin pipeline is run once with the `ci` profile under the output
 directory first (about two minutes).
 
-    .venv/bin/python bench/bench_serving.py [--seconds S] [--repeats N] [--model-base-path DIR]
-                                            [--json PATH] [--out-dir DIR] [--keep]
+    .venv/bin/python bench/bench_serving.py [--seconds S] [--repeats N] [--workers N [N ...]]
+                                            [--model-base-path DIR] [--json PATH]
+                                            [--out-dir DIR] [--keep]
 
 This is a benchmark, not a test: it asserts nothing about speed, and exits non-zero only when a
 run fails.
@@ -165,10 +168,18 @@ class InProcess:
         return _drive(clients, seconds, self._signature.prepared_call(self._tensors[batch]))
 
 
-class Server:
-    """The model server in a process of its own, serving the base path on a free port."""
+def _side_name(workers: int) -> str:
+    """A server's side in the table: `server` for one worker process, `server xN` for N."""
+    return "server" if workers == 1 else f"server x{workers}"
 
-    def __init__(self, base_path: Path, out_root: Path):
+
+class Server:
+    """The model server in a process of its own (with `workers` above 1, that many processes
+    on one port), serving the base path on a free port."""
+
+    def __init__(self, base_path: Path, out_root: Path, workers: int = 1):
+        out_root = out_root / f"server-{workers}"
+        out_root.mkdir(parents=True, exist_ok=True)
         self._out_root = out_root
         ready = out_root / "ready.json"
         self.log_path = out_root / "server.log"
@@ -176,6 +187,7 @@ class Server:
             sys.executable,
             *("-m", "pipelines.serving.runtime", "--model-name", "penguin"),
             *("--model-base-path", str(base_path), "--port", "0", "--ready-file", str(ready)),
+            *("--workers", str(workers)),
         ]
         env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "TF_USE_LEGACY_KERAS": "1"}
         with open(self.log_path, "wb") as log:
@@ -276,22 +288,24 @@ def _report(result: dict) -> str:
         f"{'req/s':>17}",
     ]
     for cell in result["cells"]:
-        for side in ("in_process", "server"):
+        for side in ("in_process", *cell["servers"]):
             figures = cell[side]
             lines.append(
                 f"{cell['batch']:>5} {cell['clients']:>7} | {side.replace('_', '-'):<10} | "
                 f"{_spread(figures['p50_ms'], 2):>20} | {_spread(figures['p99_ms'], 2):>20} | "
                 f"{_spread(figures['requests_per_s'], 0):>17}"
             )
-        ratios = cell["ratios"]
-        lines.append(
-            f"{'':>5} {'':>7} | {'ratio':<10} | {ratios['p50']:>19.2f}x | "
-            f"{ratios['p99']:>19.2f}x | {ratios['requests_per_s']:>16.2f}x"
-        )
+        for side in cell["servers"]:
+            ratios = cell["ratios"][side]
+            label = "ratio" + side[len("server") :]  # "ratio", "ratio x2"
+            lines.append(
+                f"{'':>5} {'':>7} | {label:<10} | {ratios['p50']:>19.2f}x | "
+                f"{ratios['p99']:>19.2f}x | {ratios['requests_per_s']:>16.2f}x"
+            )
     lines.append("")
     lines.append(
         "medians (min-max) of "
-        f"{result['repeats']} runs of {result['seconds']:g} s per cell, in-process and server "
+        f"{result['repeats']} runs of {result['seconds']:g} s per cell, in-process and server(s) "
         "alternating which goes first; ratios are server / in-process of the medians"
     )
     lines.append(f"load generator: {result['load_generator']}")
@@ -305,25 +319,26 @@ def _report(result: dict) -> str:
 def _floors(cells: list[dict]) -> list[dict]:
     floors = []
     for cell in cells:
-        ratios = cell["ratios"]
-        if cell["batch"] == 1:
-            floors.append(
-                {
-                    "what": f"p50 at batch 1, {cell['clients']} client(s), server / in-process "
-                    f"<= {P50_FLOOR:g}",
-                    "value": ratios["p50"],
-                    "met": ratios["p50"] <= P50_FLOOR,
-                }
-            )
-        if cell["clients"] == max(CLIENTS):
-            floors.append(
-                {
-                    "what": f"req/s at batch {cell['batch']}, {cell['clients']} clients, "
-                    f"server / in-process >= {THROUGHPUT_FLOOR:g}",
-                    "value": ratios["requests_per_s"],
-                    "met": ratios["requests_per_s"] >= THROUGHPUT_FLOOR,
-                }
-            )
+        for side in cell["servers"]:
+            ratios = cell["ratios"][side]
+            if cell["batch"] == 1:
+                floors.append(
+                    {
+                        "what": f"p50 at batch 1, {cell['clients']} client(s), {side} / "
+                        f"in-process <= {P50_FLOOR:g}",
+                        "value": ratios["p50"],
+                        "met": ratios["p50"] <= P50_FLOOR,
+                    }
+                )
+            if cell["clients"] == max(CLIENTS):
+                floors.append(
+                    {
+                        "what": f"req/s at batch {cell['batch']}, {cell['clients']} clients, "
+                        f"{side} / in-process >= {THROUGHPUT_FLOOR:g}",
+                        "value": ratios["requests_per_s"],
+                        "met": ratios["requests_per_s"] >= THROUGHPUT_FLOOR,
+                    }
+                )
     return floors
 
 
@@ -332,6 +347,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=5.0, help="measured seconds per cell")
     parser.add_argument("--repeats", type=int, default=3, help="runs per cell and side")
+    parser.add_argument(
+        "--workers",
+        type=int,
+        nargs="+",
+        default=[1],
+        help="server worker processes; one server (and table rows) per count given, e.g. 1 2",
+    )
     parser.add_argument("--model-base-path", help="a penguin model base path to serve")
     parser.add_argument("--json", type=Path, help="also write the figures here")
     parser.add_argument("--out-dir", type=Path, help="work here instead of a temporary folder")
@@ -348,20 +370,28 @@ def main(argv: list[str] | None = None) -> int:
     print(f"cores: {os.cpu_count()}; load average at start: {os.getloadavg()}", flush=True)
     out_root = args.out_dir or Path(tempfile.mkdtemp(prefix="bench-serving-"))
     out_root.mkdir(parents=True, exist_ok=True)
+    if min(args.workers) < 1:
+        parser.error("--workers must be at least 1")
+    servers = [_side_name(workers) for workers in dict.fromkeys(args.workers)]
     runs: dict[tuple, dict[str, list[dict]]] = {
-        (batch, clients): {"in_process": [], "server": []}
+        (batch, clients): {side: [] for side in ("in_process", *servers)}
         for batch in BATCHES
         for clients in CLIENTS
     }
-    server = None
+    started: list[Server] = []
     try:
         base_path = _ensure_model(args, out_root)
         print(f"model: {base_path}", flush=True)
         sides = {"in_process": InProcess(base_path)}
-        server = sides["server"] = Server(base_path, out_root)
-        server.warm_up()
+        for workers, side in zip(dict.fromkeys(args.workers), servers, strict=True):
+            sides[side] = Server(base_path, out_root, workers)
+            started.append(sides[side])
+        for server in started:
+            server.warm_up()
         for repeat in range(args.repeats):
-            order = ("in_process", "server") if repeat % 2 == 0 else ("server", "in_process")
+            order = ("in_process", *servers)
+            if repeat % 2:
+                order = order[::-1]
             for (batch, clients), cell in runs.items():
                 for side in order:
                     figures = sides[side].measure(batch, clients, args.seconds)
@@ -376,28 +406,25 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {err} (outputs kept under {out_root})", file=sys.stderr)
         return 1
     finally:
-        if server is not None:
+        for server in started:
             server.stop()
     cells = []
     for (batch, clients), cell in runs.items():
-        inside, served = _cell_figures(cell["in_process"]), _cell_figures(cell["server"])
-        cells.append(
-            {
-                "batch": batch,
-                "clients": clients,
-                "in_process": inside,
-                "server": served,
-                "ratios": {
-                    key: served[name]["median"] / inside[name]["median"]
-                    for key, name in (
-                        ("p50", "p50_ms"),
-                        ("p99", "p99_ms"),
-                        ("requests_per_s", "requests_per_s"),
-                    )
-                },
-                "runs": cell,
+        inside = _cell_figures(cell["in_process"])
+        figures = {"batch": batch, "clients": clients, "in_process": inside, "servers": servers}
+        figures["ratios"] = {}
+        for side in servers:
+            served = figures[side] = _cell_figures(cell[side])
+            figures["ratios"][side] = {
+                key: served[name]["median"] / inside[name]["median"]
+                for key, name in (
+                    ("p50", "p50_ms"),
+                    ("p99", "p99_ms"),
+                    ("requests_per_s", "requests_per_s"),
+                )
             }
-        )
+        figures["runs"] = cell
+        cells.append(figures)
     result = {
         "seconds": args.seconds,
         "repeats": args.repeats,

@@ -394,8 +394,16 @@ def _architecture(features: FeatureSet, trainer: Mapping[str, Any]) -> dict[str,
 
 
 def export(module: ServingModule, path: str, trainer: Mapping[str, Any]) -> None:
-    """Saves the SavedModel, plus what a later warm start needs under assets.extra/."""
-    tf.saved_model.save(module, path, signatures=module.signatures())
+    """Saves the SavedModel, plus what a later warm start needs under assets.extra/.
+
+    Beside the module's own signatures it carries TF Serving's `classification` or
+    `regression` signature, with the method name TF Serving's Classify or Regress expects
+    (components/trainer/signatures.py)."""
+    from components.trainer.signatures import TfServingSignatures, method_names, set_method_names
+
+    tf_serving = TfServingSignatures(module).signatures()
+    tf.saved_model.save(module, path, signatures={**module.signatures(), **tf_serving})
+    set_method_names(path, method_names(tf_serving))
     extra = os.path.join(path, WARM_START_DIR)
     tf.io.gfile.makedirs(extra)
     with tf.io.gfile.GFile(os.path.join(extra, ARCHITECTURE_FILE), "w") as handle:

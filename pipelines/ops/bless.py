@@ -157,7 +157,9 @@ def _bless_locked(paths: RunPaths, run_id: str, blessed_by: str, reason: str) ->
         },
     )
     # As the Pusher does: labels and models.config after the rename, before the record.
-    moved = labels.label_pushed_version(paths.serving_config_dir, paths.spec.push, base, version)
+    rollout = labels.label_pushed_version(paths.serving_config_dir, paths.spec.push, base, version)
+    moved = rollout.on(version)
+    not_moved = f"; {rollout.note()}" if rollout.not_moved else ""
     execution_type = store.put_execution_type(
         metadata_store_pb2.ExecutionType(name=BLESS_EXECUTION_TYPE)
     )
@@ -177,7 +179,7 @@ def _bless_locked(paths: RunPaths, run_id: str, blessed_by: str, reason: str) ->
     push.custom_properties[labels.LABELS_PROPERTY].string_value = ",".join(moved)
     push.custom_properties[
         "conveyor_reason"
-    ].string_value = f"pushed version {version}: blessed by {blessed_by}: {reason}"
+    ].string_value = f"pushed version {version}: blessed by {blessed_by}: {reason}{not_moved}"
     node_context = _node_context(store, paths.spec.name)
     pipeline_context = store.get_context_by_type_and_name("pipeline", paths.spec.name)
     store.put_execution(

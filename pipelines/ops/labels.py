@@ -18,6 +18,13 @@ The order of every change is files first (the version folder, the hold file, mod
 then ML Metadata; a crash in between leaves files that disagree with the record, and
 `reconcile_labels` (run by `serving_state.reconcile` before every run, bless, promote and
 rollback) rewrites the files from the record.
+
+TF Serving refuses a models.config that moves a label to a version it has not loaded
+(`ServerCore::UpdateModelVersionLabelMap`), and a refused config loads nothing new, so with
+`push.serving_urls` a move onto such a version is written in two steps (`roll_out`): first the
+version joins the loaded set with every label where it was, then, once each server reports
+the version AVAILABLE, the labels move. A server that does not load it in time leaves the
+first step in force: the version is loaded, the labels did not move, and the record says so.
 """
 
 from __future__ import annotations
@@ -26,7 +33,7 @@ import datetime
 import json
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from components.pusher import layout
@@ -226,12 +233,96 @@ def update_entry(
         return before, after
 
 
+# --- two-step label moves for servers that load before they label -------------------------------
+
+
+@dataclass(frozen=True)
+class Rollout:
+    """How a label change reached models.config: where the labels point now, the labels the
+    change meant to move but did not (its model servers did not load their version in time)
+    and why."""
+
+    labels: dict[str, int]
+    not_moved: tuple[str, ...] = ()
+    reason: str = ""
+
+    def on(self, version: int) -> list[str]:
+        """The labels on `version` now (what a push records as `conveyor_labels`)."""
+        return sorted(label for label, v in self.labels.items() if v == version)
+
+    def note(self) -> str:
+        """One clause for a verdict or an error: which labels stayed and why ("" if none)."""
+        if not self.not_moved:
+            return ""
+        stayed = ", ".join(
+            f"{label} stays on {self.labels[label]}" if label in self.labels else f"no {label}"
+            for label in self.not_moved
+        )
+        return f"labels not moved ({stayed}): {self.reason}"
+
+
+def first_step(current: ServedModel | None, wanted: ServedModel) -> ServedModel:
+    """The config that loads what `wanted` labels while every label stays where it is: the
+    versions loaded now plus those `wanted`'s labels point to, labels as in `current` (a label
+    `wanted` drops is dropped, which TF Serving always accepts; a label new to the model waits
+    for the second step too, so the server needs no flag)."""
+    kept = {k: v for k, v in (current.labels if current else {}).items() if k in wanted.labels}
+    if wanted.policy != "labelled":  # `all` loads every version on disk by itself
+        return replace(wanted, labels=kept)
+    loaded = set(current.versions) if current and current.policy == "labelled" else set()
+    return replace(wanted, versions=tuple(loaded | set(wanted.versions)), labels=kept)
+
+
+def roll_out(
+    config_dir: Path,
+    push,
+    wanted: ServedModel,
+    before_move: Callable[[], None] | None = None,
+    echo: Callable[[str], None] = print,
+) -> Rollout:
+    """Makes `wanted` this model's models.config entry, in one write or, for servers that must
+    load a version before a label moves to it, two.
+
+    With no `push.serving_urls`, or when every server already reports the versions the moved
+    labels point to AVAILABLE: one write. Otherwise `first_step` is written, each server is
+    polled (`GET /v1/models/NAME/versions/V`) for up to `push.serving_wait_seconds`, and then
+    `wanted` is written. A server that fails to load the version, or does not within the wait,
+    leaves the first step in force and returns the labels that did not move. `before_move`
+    runs just before the labels move (a rollback sets its hold there)."""
+    from pipelines.serving.model_status import not_available, wait_until_available
+
+    current = current_entry(config_dir, push.model_name)
+    before = dict(current.labels) if current else {}
+    moving = {label: v for label, v in wanted.labels.items() if before.get(label) != v}
+    targets = sorted(set(moving.values()))
+    urls = list(push.serving_urls)
+    if urls and targets and not_available(urls, push.model_name, targets):
+        step = first_step(current, wanted)
+        update_entry(config_dir, push, lambda _: step)
+        echo(
+            f"serving: models.config loads version(s) {', '.join(map(str, targets))} of "
+            f"{push.model_name} with the labels unchanged; waiting for {', '.join(urls)} to "
+            f"report them AVAILABLE (at most {push.serving_wait_seconds:g} s)"
+        )
+        problem = wait_until_available(urls, push.model_name, targets, push.serving_wait_seconds)
+        if problem:
+            echo(f"serving: labels {', '.join(sorted(moving))} not moved: {problem}")
+            return Rollout(dict(step.labels), not_moved=tuple(sorted(moving)), reason=problem)
+    if before_move is not None:
+        before_move()
+    update_entry(config_dir, push, lambda _: wanted)
+    return Rollout(labels=dict(wanted.labels))
+
+
 # --- what the Pusher and `conveyor bless` call after a push --------------------------------------
 
 
-def label_pushed_version(config_dir: str | Path, push, base_path: str, version: int) -> list[str]:
-    """Moves the labels for a version just renamed into place and rewrites models.config;
-    returns the labels now on `version` (what the push records as `conveyor_labels`).
+def label_pushed_version(
+    config_dir: str | Path, push, base_path: str, version: int, echo: Callable[[str], None] = print
+) -> Rollout:
+    """Moves the labels for a version just renamed into place and rewrites models.config (in
+    two steps for `push.serving_urls`, see `roll_out`); `.on(version)` is what the push
+    records as `conveyor_labels`, `.note()` what it says about labels that did not move.
 
     `push` is the PushSpec, or the dict of push keys the Pusher node puts in its
     custom_config (pipelines/build/nodes/pusher.py)."""
@@ -243,13 +334,9 @@ def label_pushed_version(config_dir: str | Path, push, base_path: str, version: 
     hold = read_hold(config_dir, push.model_name)
     if push.after_rollback is not AfterRollback.CANARY:
         hold = None
-
-    def change(current: ServedModel | None) -> ServedModel:
-        labels = labels_after_push(current.labels if current else {}, push.labels, version, hold)
-        return served_model(push, base_path, labels)
-
-    _, after = update_entry(config_dir, push, change)
-    return sorted(label for label, v in (after.labels if after else {}).items() if v == version)
+    current = current_entry(config_dir, push.model_name)
+    labels = labels_after_push(current.labels if current else {}, push.labels, version, hold)
+    return roll_out(config_dir, push, served_model(push, base_path, labels), echo=echo)
 
 
 # --- reading the record back from ML Metadata ----------------------------------------------------
@@ -365,6 +452,13 @@ def reconcile_labels(paths: RunPaths) -> list[str]:
             if placed.get(label) != version:
                 changes.append(f"label {label} {placed.get(label, '-')} -> {version}")
         wanted = served_model(push, str(paths.serving_dir), labels)
+        if wanted.policy == "labelled" and current.policy == "labelled":
+            # A version a two-step move loaded but did not label (its servers were too slow)
+            # stays loaded while it is on disk and recorded: it is what serving has.
+            unlabelled = {
+                v for v in current.versions if v in on_disk and (not has_runs or v in known)
+            }
+            wanted = replace(wanted, versions=tuple(unlabelled))
         if current != wanted and not changes:
             changes.append(f"models.config entry of {push.model_name} rewritten")
         return wanted
@@ -381,6 +475,14 @@ def reconcile_labels(paths: RunPaths) -> list[str]:
             write_hold(config_dir, push.model_name, None)
             changes.append("hold on stable cleared (ML Metadata records none)")
     return changes
+
+
+def unlabelled_versions(entry: ServedModel | None) -> list[int]:
+    """The versions a `labelled` entry loads that no label points to: left by a two-step move
+    whose servers did not load the version in time (`roll_out`)."""
+    if entry is None or entry.policy != "labelled":
+        return []
+    return sorted(set(entry.versions) - set(entry.labels.values()))
 
 
 def labelled_versions(paths: RunPaths) -> set[int]:
@@ -433,14 +535,22 @@ def _check_version(paths: RunPaths, version: int, known: set[int], has_runs: boo
         )
 
 
-def promote(paths: RunPaths, version: int, label: str, by: str, reason: str) -> Moved:
-    """Points `label` at `version` (one models.config replace) and records it; promoting to
-    `stable` clears a rollback's hold. Call under the pipeline's lock, after reconcile (as
-    `conveyor promote` does).
+def promote(
+    paths: RunPaths,
+    version: int,
+    label: str,
+    by: str,
+    reason: str,
+    echo: Callable[[str], None] = print,
+) -> Moved:
+    """Points `label` at `version` (`roll_out`: one models.config replace, or two with
+    `push.serving_urls`) and records it; promoting to `stable` clears a rollback's hold. Call
+    under the pipeline's lock, after reconcile (as `conveyor promote` does).
 
     Raises:
       LabelError: the label is not one `push.labels` manages, or the version is not on disk
-        or not recorded in ML Metadata.
+        or not recorded in ML Metadata, or the servers did not load it in time (the label did
+        not move and nothing is recorded).
     """
     push = paths.spec.push
     if push.version_policy.value == "latest" or not push.labels:
@@ -460,12 +570,24 @@ def promote(paths: RunPaths, version: int, label: str, by: str, reason: str) -> 
     if before.get(label) == version and not (label == STABLE and held):
         return Moved(before=before, after=before, held=held, hidden=[])
     after = {**before, label: version}
-    update_entry(config_dir, push, lambda _: served_model(push, str(paths.serving_dir), after))
+    rollout = roll_out(
+        config_dir, push, served_model(push, str(paths.serving_dir), after), echo=echo
+    )
+    if rollout.not_moved:
+        raise LabelError(_not_moved(push.model_name, version, rollout))
     if label == STABLE:
         write_hold(config_dir, push.model_name, None)
         held = False
     _record_moves(paths, "promote", {label: (before.get(label, 0), version)}, by, reason)
     return Moved(before=before, after=after, held=held, hidden=[])
+
+
+def _not_moved(model: str, version: int, rollout: Rollout) -> str:
+    return (
+        f"{rollout.note()}. models.config now loads version {version} of {model} beside the "
+        "labelled versions; nothing was recorded: run the command again once the servers have "
+        "loaded it"
+    )
 
 
 def default_rollback_target(paths: RunPaths, known: set[int], record: RecordedLabels) -> int:
@@ -509,7 +631,8 @@ def rollback(
 
     Raises:
       LabelError: `to` is not on disk, not recorded, or is the version already served; or there
-        is no earlier version to go back to.
+        is no earlier version to go back to; or the servers did not load it in time (no label
+        moved, nothing is recorded).
     """
     from pipelines.spec.models import AfterRollback
 
@@ -537,9 +660,14 @@ def rollback(
         raise LabelError(f"every label already points to version {target}")
     after = {label: target for label in push.labels}
     held = push.after_rollback is AfterRollback.CANARY
-    if held:
-        write_hold(config_dir, push.model_name, Hold(target, _now(), by, reason))
-    update_entry(config_dir, push, lambda _: served_model(push, base, after))
+
+    def hold() -> None:  # files first: the hold, then models.config, then the record
+        if held:
+            write_hold(config_dir, push.model_name, Hold(target, _now(), by, reason))
+
+    rollout = roll_out(config_dir, push, served_model(push, base, after), hold, echo)
+    if rollout.not_moved:
+        raise LabelError(_not_moved(push.model_name, target, rollout))
     moves = {
         label: (before.get(label, 0), target)
         for label in push.labels

@@ -31,7 +31,8 @@ def register(sub, add_common_options) -> None:
         "promote",
         help="point a version label (stable, canary) at a version",
         description="Moves one label in models.config (one atomic replace, under the "
-        "pipeline's lock) and records the move in ML Metadata. Promoting to stable ends the "
+        "pipeline's lock; two with push.serving_urls, waiting for the model servers to load "
+        "the version) and records the move in ML Metadata. Promoting to stable ends the "
         "hold a `conveyor rollback` set.",
     )
     p.add_argument("pipeline")
@@ -100,6 +101,13 @@ def cmd_models(args: argparse.Namespace) -> int:
         print(
             f"held: stable stays on version {hold.rolled_back_to} since the rollback of "
             f"{hold.since}{why}; pushes get canary until `conveyor promote --label stable`"
+        )
+    unlabelled = labels.unlabelled_versions(entry)
+    if unlabelled:
+        print(
+            f"loaded without a label: version {', '.join(map(str, unlabelled))} (its label move "
+            "waited for push.serving_urls to load it, in vain; the labels stayed where they "
+            "were: `conveyor promote` moves one there)"
         )
     table = [("version", "labels", "mlmd", "run", "spans", "metrics", "pushed (UTC)")]
     for row in rows:

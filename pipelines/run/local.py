@@ -471,11 +471,15 @@ def summarise(
         )
     if record and record.pushed_version:
         path = paths.serving_dir / record.pushed_version
+        # The push's reason ends with the labels that did not move when the model servers had
+        # not loaded the version in time (pipelines/ops/labels.py, Rollout.note).
+        reason = str(record.push_reason or "")
+        said = reason[reason.find("labels not moved") :] if "; labels not moved" in reason else ""
         return RunResult(
             run_id,
             pipeline,
             Outcome.PUSHED,
-            f"pushed version {record.pushed_version} to {path}",
+            f"pushed version {record.pushed_version} to {path}" + (f"; {said}" if said else ""),
             record.pushed_version,
             str(path),
             nodes,

@@ -33,6 +33,13 @@ def register(sub, add_common_options) -> None:
         "--ready-file",
         help='once every model has a warmed version, write {"port": N, "pid": PID} here',
     )
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="server processes sharing the port, each loading every model (default 1): more "
+        "requests per second on several cores, at the memory of one server per worker",
+    )
     p.set_defaults(func=cmd_serve)
 
 
@@ -50,6 +57,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if args.poll_seconds <= 0:
         print("error: --poll-seconds must be positive", file=sys.stderr)
         return 1
+    if args.workers < 1:
+        print("error: --workers must be at least 1", file=sys.stderr)
+        return 1
     workdir = default_workdir(args.workdir)
     spec = load_spec(args.pipeline, env=args.env, overrides=args.set, workdir=workdir).spec
     paths = RunPaths(workdir=workdir, spec=spec)
@@ -60,6 +70,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
         poll_seconds=args.poll_seconds,
         ready_file=args.ready_file,
         monitoring_path=spec.push.monitoring_path,
+        workers=args.workers,
+        # The Pusher without push.serving_urls moves labels in the same write that adds their
+        # version: this server keeps such a label where it was until the version is loaded.
+        version_labels="any",
     )
     if config_file.is_file():
         print(f"serving {config_file} (re-read every {args.poll_seconds:g} s)", flush=True)

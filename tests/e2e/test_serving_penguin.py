@@ -147,6 +147,31 @@ def test_classify_refuses_the_tf_example_signature_as_tf_serving_does(server):
     assert response.json()["error"].startswith("No classification inputs found in SignatureDef")
 
 
+def test_classify_on_the_classification_signature_equals_predict(server, signatures):
+    # TF Serving's REST format: one JSON object of features per tf.Example.
+    examples = [{k: v for k, v in row.items() if v != ""} for row in ROWS]
+    body = {"signature_name": "classification", "examples": examples}
+    response = server.post("/v1/models/penguin/labels/stable:classify", body)
+    assert response.status_code == 200, response.text
+    results = response.json()["results"]
+    expected = signatures["serving_default"](**_columns())
+    # Every row lists every class, in the order of serving_default's probabilities.
+    names = {row["classes"].decode(): row["class_ids"] for row in _rows(expected)}
+    classes = [name for name, _ in sorted(names.items(), key=lambda item: item[1])]
+    assert [[label for label, _ in row][: len(classes)] for row in results] == [classes] * 3
+    assert all(len(row) == expected["probabilities"].shape[1] for row in results)
+    scores = np.array([[score for _, score in row] for row in results], np.float32)
+    np.testing.assert_allclose(scores, expected["probabilities"].numpy(), rtol=1e-5, atol=1e-6)
+    metadata = server.get("/v1/models/penguin/metadata").json()["metadata"]
+    method = metadata["signature_def"]["signature_def"]["classification"]["method_name"]
+    assert method == "tensorflow/serving/classify"
+
+
+def _rows(outputs: dict) -> list[dict]:
+    values = {name: tensor.numpy() for name, tensor in outputs.items()}
+    return [{name: array[i] for name, array in values.items()} for i in range(len(ROWS))]
+
+
 def test_metadata_lists_the_raw_feature_inputs(server):
     body = server.get("/v1/models/penguin/metadata").json()
     inputs = body["metadata"]["signature_def"]["signature_def"]["serving_default"]["inputs"]

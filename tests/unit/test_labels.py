@@ -54,20 +54,24 @@ class Pipeline:
         }
         self.runs = 0
 
-    def push(self, record: bool = True) -> int:
+    def push(self, record: bool = True, write_model=None) -> int:
         """Publishes the next version and moves its labels; records it unless told not to
-        (a push killed after models.config was rewritten, before TFX's record)."""
+        (a push killed after models.config was rewritten, before TFX's record).
+        `write_model(folder, run)` writes a real SavedModel instead of a stand-in file."""
         self.runs += 1
         model = self.paths.workdir / f"model-{self.runs}"
-        model.mkdir(parents=True)
-        (model / "saved_model.pb").write_bytes(b"model %d" % self.runs)
+        if write_model is None:
+            model.mkdir(parents=True)
+            (model / "saved_model.pb").write_bytes(b"model %d" % self.runs)
+        else:
+            write_model(model, self.runs)
         base = str(self.paths.serving_dir)
         version, _ = layout.publish(str(model), base, {"pushed_at": "2026-12-01T10:00:00Z"})
-        moved = labels.label_pushed_version(
-            self.paths.serving_config_dir, self.paths.spec.push, base, version
+        self.rollout = labels.label_pushed_version(
+            self.paths.serving_config_dir, self.paths.spec.push, base, version, lambda _: None
         )
         if record:
-            self._record(version, moved)
+            self._record(version, self.rollout.on(version))
         return version
 
     def _record(self, version: int, moved: list[str]) -> None:

@@ -7,7 +7,8 @@ or `conveyor serve`.
   swapped atomically;
 - `app.py`: the ASGI application uvicorn serves (REST paths, Prometheus metrics);
   `metrics.py` the metrics;
-- `server.py`: uvicorn, the polling thread and the ready file; `__main__.py` the command line.
+- `server.py`: uvicorn, the polling thread and the ready file, and with `--workers` the worker
+  processes sharing one port; `__main__.py` the command line.
 
 Nothing here is imported by `conveyor --help`: TensorFlow loads when the server starts.
 """

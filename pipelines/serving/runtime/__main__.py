@@ -8,6 +8,7 @@ spelling; see docs/serving.md ("Local model server").
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections.abc import Sequence
 
@@ -46,6 +47,33 @@ def build_parser() -> argparse.ArgumentParser:
         default="/monitoring/prometheus/metrics",
         help="path of the Prometheus metrics",
     )
+    labels = parser.add_mutually_exclusive_group()
+    labels.add_argument(
+        "--allow-version-labels-for-unavailable-models",
+        action="store_const",
+        dest="version_labels",
+        const="unused",
+        help="as TF Serving's flag: a label not assigned yet may name a version not loaded yet "
+        "(a label that moves must still name a loaded one)",
+    )
+    labels.add_argument(
+        "--allow-label-moves-to-unavailable-versions",
+        action="store_const",
+        dest="version_labels",
+        const="any",
+        help="any label may name a version not loaded yet; it moves once that version is "
+        "loaded (what `conveyor serve` uses; TF Serving has no such flag)",
+    )
+    parser.set_defaults(version_labels="available")
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="server processes sharing the port, each loading every model (default 1): more "
+        "requests per second on several cores, at the memory of one server per worker",
+    )
+    # How a multi-worker server starts each worker: its options as JSON (internal).
+    parser.add_argument("--worker-options", help=argparse.SUPPRESS)
     return parser
 
 
@@ -53,6 +81,8 @@ def options_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser)
     """The parsed command line as ServerOptions; a wrong combination is a usage error."""
     from pipelines.serving.runtime.server import ServerOptions
 
+    if args.worker_options:
+        return ServerOptions(**json.loads(args.worker_options))
     single = args.model_name or args.model_base_path
     if args.model_config_file and single:
         parser.error("give --model-config-file, or --model-name with --model-base-path, not both")
@@ -60,6 +90,8 @@ def options_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser)
         parser.error("give --model-name with --model-base-path, or --model-config-file")
     if args.poll_seconds <= 0:
         parser.error("--poll-seconds must be positive")
+    if args.workers < 1:
+        parser.error("--workers must be at least 1")
     if not args.monitoring_path.startswith("/"):
         parser.error("--monitoring-path must start with /")
     return ServerOptions(
@@ -71,6 +103,8 @@ def options_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser)
         poll_seconds=args.poll_seconds,
         ready_file=args.ready_file,
         monitoring_path=args.monitoring_path,
+        version_labels=args.version_labels,
+        workers=args.workers,
     )
 
 

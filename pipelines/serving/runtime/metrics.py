@@ -6,11 +6,18 @@ bounded: `model` is a configured model's name ("" for a name the server does not
 client cannot grow the label set), `version` the version that answered ("" before one was
 resolved), `signature`, `method` (predict, classify, regress, status, metadata) and `status`
 (the HTTP status code answered).
+
+A server with several worker processes (`--workers`) runs prometheus_client's multiprocess
+mode: each worker writes its values to files in a folder of the server's, and the monitoring
+path, whichever worker answers it, reads them all: counters and histograms summed over the
+workers, `conveyor_serving_loaded_versions` the smallest count among the live workers (a version
+counts once every worker serves it).
 """
 
 from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.multiprocess import MultiProcessCollector
 
 REQUEST_LABELS = ("model", "version", "signature", "method", "status")
 LATENCY_LABELS = ("model", "version", "signature", "method")
@@ -34,8 +41,17 @@ class ServerMetrics:
     - `conveyor_serving_model_load_failures_total{model}`: versions that failed to load.
     """
 
-    def __init__(self, registry: CollectorRegistry | None = None):
+    def __init__(
+        self, registry: CollectorRegistry | None = None, multiprocess_dir: str | None = None
+    ):
+        """`multiprocess_dir`: the folder of a multi-worker server's metric files (the process
+        must have been started with PROMETHEUS_MULTIPROC_DIR naming it); the exposition then
+        gathers every worker's values from there."""
         self.registry = registry or CollectorRegistry()
+        self._gathered: CollectorRegistry | None = None
+        if multiprocess_dir:
+            self._gathered = CollectorRegistry()
+            MultiProcessCollector(self._gathered, path=multiprocess_dir)
         self.requests = Counter(
             "conveyor_serving_requests",
             "REST requests answered, by model, version, signature, method and HTTP status.",
@@ -61,6 +77,7 @@ class ServerMetrics:
             "Versions loaded, warmed and available, by model.",
             ("model",),
             registry=self.registry,
+            multiprocess_mode="livemin",
         )
         self.load_seconds = Histogram(
             "conveyor_serving_model_load_seconds",
@@ -106,5 +123,6 @@ class ServerMetrics:
         latency.observe(seconds)
 
     def exposition(self) -> bytes:
-        """The registry in Prometheus' text format."""
-        return generate_latest(self.registry)
+        """The registry (every worker's values, in multiprocess mode) in Prometheus' text
+        format."""
+        return generate_latest(self._gathered or self.registry)

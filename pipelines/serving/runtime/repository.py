@@ -14,6 +14,11 @@ policy aspires to (`latest`: the newest, `all`, `labelled`: the listed ones), an
 
 When every aspired version fails to load, the versions loaded before stay (TF Serving's
 availability-preserving policy); a version that failed is retried only once its folder changes.
+
+Labels are checked as TF Serving's `ServerCore::UpdateModelVersionLabelMap` checks them: a
+models.config whose label names a version that is not available is refused as a whole (the
+config read before stays in force, and nothing it would have loaded is loaded), unless the
+server was started to allow it (`version_labels`, one of VERSION_LABEL_POLICIES).
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from pipelines.serving.config import ServedModel
+from pipelines.serving.config import ServedModel, ServingConfigError
 from pipelines.serving.runtime.errors import CODE_NAMES, invalid_argument, not_found
 from pipelines.serving.runtime.metrics import ServerMetrics
 from pipelines.serving.runtime.servable import LoadError, Servable
@@ -34,6 +39,15 @@ log = logging.getLogger("conveyor.serving")
 
 # ModelVersionStatus.State (tensorflow_serving/apis/get_model_status.proto).
 LOADING, AVAILABLE, UNLOADING, END = "LOADING", "AVAILABLE", "UNLOADING", "END"
+
+# What a label may name when the config is read. `available`: only a version that is available
+# now (TF Serving's default). `unused`: also an unavailable one, for a label not assigned yet or
+# not moving (`--allow_version_labels_for_unavailable_models`). `any`: any version; a label
+# moved to one that is not loaded yet stays where it was until it is (Conveyor's; TF Serving's
+# nearest is ServerCore's force_allow_any_version_labels_for_unavailable_models option, which
+# has no flag and points the label at the unloaded version at once).
+LABELS_AVAILABLE, LABELS_UNUSED, LABELS_ANY = "available", "unused", "any"
+VERSION_LABEL_POLICIES = (LABELS_AVAILABLE, LABELS_UNUSED, LABELS_ANY)
 
 
 @dataclass(frozen=True)
@@ -108,7 +122,17 @@ class ModelRepository:
         sources: Callable[[], Sequence[ServedModel]],
         metrics: ServerMetrics,
         poll_seconds: float = 1.0,
+        version_labels: str = LABELS_AVAILABLE,
     ):
+        if version_labels not in VERSION_LABEL_POLICIES:
+            raise ValueError(
+                f"version_labels {version_labels!r} is not one of {VERSION_LABEL_POLICIES}"
+            )
+        self._version_labels = version_labels
+        # The labels of the config in force, by model (TF Serving's model_labels_to_versions_):
+        # with `unused`, what a label may keep or take without its version being available.
+        self._label_map: dict[str, dict[str, int]] | None = None
+        self._refusal = ""
         self._sources = sources
         self._metrics = metrics
         self._poll_seconds = poll_seconds
@@ -194,20 +218,67 @@ class ModelRepository:
         if self._thread is not None:
             self._thread.join(timeout=30)
 
-    def _read_sources(self) -> list[ServedModel]:
+    def read_sources(self) -> list[ServedModel]:
+        """The models to serve: the config read now if the server accepts it, else the one in
+        force (logged once per new refusal).
+
+        Raises:
+          ValueError: (ServingConfigError for a label refused) the first config cannot be
+            served; the server then does not start, as TF Serving does not.
+        """
         try:
             sources = list(self._sources())
+            refusal = self.label_refusal(sources)
+            if refusal:
+                raise ServingConfigError(refusal)
         except ValueError as err:
             if self._last_sources is None:
                 raise
-            log.error("serving: %s Serving the models as configured before.", err)
+            if str(err) != self._refusal:  # said once, not every poll
+                self._refusal = str(err)
+                log.error("serving: %s Serving the models as configured before.", err)
             return self._last_sources
+        if self._refusal:
+            log.info("serving: the config is accepted again")
+        self._refusal = ""
         self._last_sources = sources
+        self._label_map = {s.name: dict(s.labels) for s in sources}
         return sources
+
+    def label_refusal(self, sources: Sequence[ServedModel]) -> str:
+        """Why TF Serving would refuse `sources`' labels now ("" when it would not): the first
+        label naming a version that is not available, unless `version_labels` allows it."""
+        if self._version_labels == LABELS_ANY:
+            return ""
+        for source in sources:
+            view = self._snapshot.models.get(source.name)
+            available = view.servables if view is not None else {}
+            in_force = (self._label_map or {}).get(source.name, {})
+            for label, version in sorted(source.labels.items()):
+                if version in available:
+                    continue
+                if (
+                    self._version_labels == LABELS_UNUSED
+                    and in_force.get(label, version) == version
+                ):
+                    continue  # a label not assigned yet, or not moving
+                return (
+                    f"Request to assign label to version {version} of model {source.name}, which "
+                    "is not currently available for inference (label "
+                    f"{label!r}; TF Serving's ServerCore refuses the whole config: "
+                    + (
+                        "move a label only to a loaded version, or start the server with "
+                        "--allow-version-labels-for-unavailable-models for a label not assigned "
+                        "yet)."
+                        if self._version_labels == LABELS_AVAILABLE
+                        else "move a label only to a version that is loaded)."
+                    )
+                )
+        return ""
 
     def poll(self) -> None:
         """One pass over every model: load what is new, publish, forget what went away."""
-        sources = self._read_sources()
+        sources = self.read_sources()
         wanted = {s.name for s in sources}
         for gone in sorted(set(self._snapshot.models) - wanted):
             log.info("serving: model %s is no longer configured; unloading it", gone)

@@ -57,10 +57,11 @@ class Signature:
         self.input_dtypes = {name: info.dtype for name, info in definition.inputs.items()}
         self._tf_dtypes = {name: tf.as_dtype(dtype) for name, dtype in self.input_dtypes.items()}
         self._flat_inputs = self._flat_input_specs(tf)
+        self._captured = self._fixed_captures()
 
-    def _flat_input_specs(self, tf) -> tuple[tuple[str, tuple], ...] | None:
-        """(name, declared shape) of each input in the order the function's flat call takes
-        them, or None when the function is not a plain keyword-only signature of the
+    def _flat_input_specs(self, tf) -> tuple[tuple[str, tuple | None, int], ...] | None:
+        """(name, declared shape, DataType number) of each input in the order the function's
+        flat call takes them, or None when the function is not a plain keyword-only signature of the
         SignatureDef's inputs (then every call takes the structured path)."""
         if not hasattr(self.function, "_call_flat"):
             return None
@@ -76,8 +77,19 @@ class Signature:
             if not isinstance(spec, tf.TensorSpec) or spec.dtype != self._tf_dtypes[name]:
                 return None
             dims = None if spec.shape.rank is None else tuple(spec.shape.as_list())
-            specs.append((name, dims))
+            specs.append((name, dims, self.input_dtypes[name]))
         return tuple(specs)
+
+    def _fixed_captures(self) -> list | None:
+        """The captured inputs (the variables' handles) the flat call passes, read once when
+        they are fixed; None when one is computed at call time (a capture made with
+        `capture_call_time_value`), and then every call reads them afresh."""
+        if self._flat_inputs is None:
+            return None
+        captures = getattr(self.function, "_captured_inputs", None)
+        if captures is None or any(callable(capture) for capture in captures):
+            return None
+        return self.function.captured_inputs
 
     def call(self, feeds: Mapping[str, Any]) -> dict[str, np.ndarray]:
         """Runs the signature once on `feeds` (name -> array) and returns its outputs."""
@@ -85,12 +97,10 @@ class Signature:
 
         try:
             if self._fits_flat_call(feeds):
-                # In the flat call's order; the function's captured variables follow.
-                flat = [
-                    tf.constant(feeds[name], dtype=self._tf_dtypes[name])
-                    for name, _ in self._flat_inputs
-                ]
-                outputs = self.function._call_flat(flat, self.function.captured_inputs)
+                outputs = self.function._call_flat(
+                    _eager_tensors(feeds, self._flat_inputs),
+                    self._captured if self._captured is not None else self.function.captured_inputs,
+                )
             else:
                 outputs = self.function(
                     **{
@@ -109,7 +119,7 @@ class Signature:
         no overhead at all would do per request; the benchmark's limit."""
         if not self._fits_flat_call(tensors):
             return lambda: self.function(**tensors)
-        flat = [tensors[name] for name, _ in self._flat_inputs]
+        flat = [tensors[name] for name, _, _ in self._flat_inputs]
         function, captured = self.function, self.function.captured_inputs
         return lambda: function._call_flat(flat, captured)
 
@@ -120,17 +130,36 @@ class Signature:
         specs = self._flat_inputs
         if specs is None or len(values) != len(specs):
             return False
-        for name, dims in specs:
-            if name not in values:
+        for name, dims, _ in specs:
+            value = values.get(name)
+            if value is None:
                 return False
             if dims is None:
                 continue
-            shape = tuple(np.shape(values[name]))
-            if len(shape) != len(dims) or any(
-                d is not None and d != s for d, s in zip(dims, shape, strict=True)
-            ):
+            shape = value.shape if hasattr(value, "shape") else np.shape(value)
+            if len(shape) != len(dims):
                 return False
+            for declared, given in zip(dims, shape, strict=True):
+                if declared is not None and declared != given:
+                    return False
         return True
+
+
+def _eager_tensors(feeds: Mapping[str, Any], specs: tuple) -> list:
+    """The arrays of `feeds` as eager tensors of the signature's dtypes, in the flat call's
+    order (`specs`: name, shape, DataType number).
+
+    This is what `tf.constant(array, dtype)` comes down to in eager mode
+    (`constant_op.convert_to_eager_tensor`), less its Python layers and the defensive copy of
+    the array: the arrays are made for this one request and never written again, so the tensor
+    may share their memory. Conversion and its errors are the same."""
+    from tensorflow.python.eager import context
+    from tensorflow.python.framework import ops
+
+    current = context.context()
+    current.ensure_initialized()
+    device = current.device_name
+    return [ops.EagerTensor(feeds[name], device, dtype) for name, _, dtype in specs]
 
 
 def _meta_graph(path: Path) -> Any:

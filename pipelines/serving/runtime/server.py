@@ -1,15 +1,21 @@
 """Runs the model server: the repository's polling thread and uvicorn serving the application,
-until SIGINT or SIGTERM."""
+until SIGINT or SIGTERM; with `workers` above 1, that many such servers in processes of their
+own on one listening socket (see `serve_workers`)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
+import shutil
+import signal
 import socket
+import subprocess
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +39,14 @@ class ServerOptions:
     poll_seconds: float = 1.0
     ready_file: str | None = None
     monitoring_path: str = DEFAULT_MONITORING_PATH
+    # What a version label may name (repository.VERSION_LABEL_POLICIES): TF Serving's default,
+    # only an available version.
+    version_labels: str = "available"
+    # Server processes sharing the port (serve_workers); 1 serves in this process.
+    workers: int = 1
+    # Set by serve_workers for each of its workers: the listening socket's inherited file
+    # descriptor, used instead of opening one.
+    listen_fd: int | None = None
 
     def sources(self) -> Callable[[], Sequence[ServedModel]]:
         """What the repository polls: the config file's models, or the one model named."""
@@ -75,21 +89,24 @@ def serve(options: ServerOptions) -> int:
     from pipelines.serving.runtime.metrics import ServerMetrics
     from pipelines.serving.runtime.repository import ModelRepository
 
-    metrics = ServerMetrics()
-    repository = ModelRepository(options.sources(), metrics, options.poll_seconds)
-    # Read the sources once up front: a bad config is an error before anything listens.
-    options.sources()()
+    if options.workers > 1:
+        return serve_workers(options)
+    worker = options.listen_fd is not None
+    # A worker's metrics go to the files its parent gathers (prometheus_client's multiprocess
+    # mode, switched on by the variable serve_workers sets).
+    metrics = ServerMetrics(multiprocess_dir=os.environ.get(MULTIPROC_ENV) if worker else None)
+    repository = ModelRepository(
+        options.sources(), metrics, options.poll_seconds, options.version_labels
+    )
+    # Read the sources once up front: a bad config (or, as in TF Serving, a label on a version
+    # not loaded yet without the flag that allows it) is an error before anything listens.
+    repository.read_sources()
 
-    # IPPROTO_TCP named explicitly: asyncio turns Nagle's algorithm off (TCP_NODELAY) only on
-    # sockets whose proto says TCP, and with it on every answer waited ~40 ms for an ACK.
-    family = socket.AF_INET6 if ":" in options.host else socket.AF_INET
-    listener = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        listener.bind((options.host, options.port))
-    except OSError as err:
-        listener.close()
-        raise OSError(f"cannot listen on {options.host}:{options.port}: {err.strerror}") from None
+    if worker:
+        # The kernel reads the protocol off the descriptor: IPPROTO_TCP, as `_listen` opened it.
+        listener = socket.socket(fileno=options.listen_fd)
+    else:
+        listener = _listen(options)
     port = listener.getsockname()[1]
 
     app = build_app(repository, metrics, options.monitoring_path)
@@ -121,6 +138,10 @@ def serve(options: ServerOptions) -> int:
 
     repository.start()
     threading.Thread(target=announce, name="ready-file", daemon=True).start()
+    if worker:
+        threading.Thread(
+            target=_stop_when_orphaned, args=(server,), name="parent-watch", daemon=True
+        ).start()
     log.info(
         "serving: listening on http://%s:%d (models load in the background)", options.host, port
     )
@@ -129,6 +150,134 @@ def serve(options: ServerOptions) -> int:
     finally:
         repository.stop()
     return 0
+
+
+def _listen(options: ServerOptions) -> socket.socket:
+    """A socket bound to the options' host and port (not listening yet: uvicorn does that)."""
+    # IPPROTO_TCP named explicitly: asyncio turns Nagle's algorithm off (TCP_NODELAY) only on
+    # sockets whose proto says TCP, and with it on every answer waited ~40 ms for an ACK.
+    family = socket.AF_INET6 if ":" in options.host else socket.AF_INET
+    listener = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        listener.bind((options.host, options.port))
+    except OSError as err:
+        listener.close()
+        raise OSError(f"cannot listen on {options.host}:{options.port}: {err.strerror}") from None
+    return listener
+
+
+def _stop_when_orphaned(server) -> None:
+    """Stops a worker whose parent is gone (killed without passing the signal on), so no
+    worker is left holding the port."""
+    parent = os.getppid()
+    while not server.should_exit:
+        if os.getppid() != parent:
+            log.error("serving: the parent process %d is gone; stopping", parent)
+            server.should_exit = True
+            return
+        time.sleep(0.5)
+
+
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+# How long the workers get to finish their requests after SIGTERM before they are killed.
+WORKER_STOP_SECONDS = 20
+
+
+def serve_workers(options: ServerOptions) -> int:
+    """Serves `options` with `options.workers` server processes on one port; returns the exit
+    code (0 after SIGINT or SIGTERM, 1 when a worker stops on its own).
+
+    One Python process runs one request's Python (HTTP, JSON, conversion) at a time: the GIL.
+    Here this process opens the port and starts the workers, `python -m
+    pipelines.serving.runtime` each, which inherit the listening socket: the kernel hands each
+    new connection to one of them (a keep-alive connection stays with its worker). Each worker
+    polls the base paths and loads every served version itself, so memory grows with the
+    workers: TensorFlow, the runtime and the models, once per worker.
+
+    Their metrics are written to files in a temporary folder of this server's
+    (prometheus_client's multiprocess mode) and any worker's monitoring path serves them
+    summed over the workers. The ready file is written, with this process's pid, once every
+    worker has announced itself ready. SIGINT or SIGTERM is passed on to every worker; a worker
+    that exits on its own stops the others and the server (a supervisor restarts it whole)."""
+    from pipelines.serving.runtime.metrics import ServerMetrics
+    from pipelines.serving.runtime.repository import ModelRepository
+
+    # A config TF Serving would refuse stops the server before any worker starts.
+    ModelRepository(
+        options.sources(), ServerMetrics(), options.poll_seconds, options.version_labels
+    ).read_sources()
+    listener = _listen(options)
+    port = listener.getsockname()[1]
+    control = Path(tempfile.mkdtemp(prefix="conveyor-serving-"))
+    metrics_dir = control / "metrics"
+    metrics_dir.mkdir()
+    environment = {**os.environ, MULTIPROC_ENV: str(metrics_dir)}
+    stopping = threading.Event()
+    workers: list[subprocess.Popen] = []
+
+    def stop(signum, frame) -> None:
+        stopping.set()
+
+    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+    code = 0
+    try:
+        for index in range(options.workers):
+            worker = dataclasses.replace(
+                options,
+                workers=1,
+                listen_fd=listener.fileno(),
+                ready_file=str(control / f"ready-{index}.json"),
+            )
+            argv = [sys.executable, "-m", "pipelines.serving.runtime"]
+            argv += ["--worker-options", json.dumps(dataclasses.asdict(worker))]
+            workers.append(subprocess.Popen(argv, env=environment, pass_fds=(listener.fileno(),)))
+        log.info(
+            "serving: %d workers on http://%s:%d (models load in the background)",
+            options.workers,
+            options.host,
+            port,
+        )
+        announced = False
+        while not stopping.wait(0.1):
+            ended = [w for w in workers if w.poll() is not None]
+            if ended:
+                log.error(
+                    "serving: worker %d exited with code %d; stopping the server",
+                    ended[0].pid,
+                    ended[0].returncode,
+                )
+                code = 1
+                break
+            if not announced and all(
+                (control / f"ready-{i}.json").is_file() for i in range(len(workers))
+            ):
+                announced = True
+                log.info("serving: all %d workers ready on port %d", len(workers), port)
+                if options.ready_file:
+                    write_ready_file(options.ready_file, port)
+    finally:
+        listener.close()
+        _stop_workers(workers)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        shutil.rmtree(control, ignore_errors=True)
+    return code
+
+
+def _stop_workers(workers: Sequence[subprocess.Popen]) -> None:
+    """SIGTERM to every worker still running, then SIGKILL to those still running after
+    WORKER_STOP_SECONDS."""
+    for worker in workers:
+        if worker.poll() is None:
+            worker.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + WORKER_STOP_SECONDS
+    for worker in workers:
+        try:
+            worker.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            worker.kill()
+            worker.wait()
 
 
 def configure_logging() -> None:
