@@ -25,6 +25,7 @@ when there is none, the penguin pipeline is run once with the `ci` profile under
 directory first (about two minutes).
 
     .venv/bin/python bench/bench_serving.py [--seconds S] [--repeats N] [--workers N [N ...]]
+                                            [--server-threads INTRA INTER]
                                             [--model-base-path DIR] [--json PATH]
                                             [--out-dir DIR] [--keep]
 
@@ -177,7 +178,9 @@ class Server:
     """The model server in a process of its own (with `workers` above 1, that many processes
     on one port), serving the base path on a free port."""
 
-    def __init__(self, base_path: Path, out_root: Path, workers: int = 1):
+    def __init__(
+        self, base_path: Path, out_root: Path, workers: int = 1, threads: tuple[int, int] = (0, 0)
+    ):
         out_root = out_root / f"server-{workers}"
         out_root.mkdir(parents=True, exist_ok=True)
         self._out_root = out_root
@@ -188,6 +191,8 @@ class Server:
             *("-m", "pipelines.serving.runtime", "--model-name", "penguin"),
             *("--model-base-path", str(base_path), "--port", "0", "--ready-file", str(ready)),
             *("--workers", str(workers)),
+            *("--tensorflow-intra-op-parallelism", str(threads[0])),
+            *("--tensorflow-inter-op-parallelism", str(threads[1])),
         ]
         env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "TF_USE_LEGACY_KERAS": "1"}
         with open(self.log_path, "wb") as log:
@@ -354,6 +359,15 @@ def main(argv: list[str] | None = None) -> int:
         default=[1],
         help="server worker processes; one server (and table rows) per count given, e.g. 1 2",
     )
+    parser.add_argument(
+        "--server-threads",
+        type=int,
+        nargs=2,
+        default=[0, 0],
+        metavar=("INTRA", "INTER"),
+        help="the servers' TensorFlow thread pools (--tensorflow-intra-op-parallelism and "
+        "--tensorflow-inter-op-parallelism; 0 0: TensorFlow's choice, the default)",
+    )
     parser.add_argument("--model-base-path", help="a penguin model base path to serve")
     parser.add_argument("--json", type=Path, help="also write the figures here")
     parser.add_argument("--out-dir", type=Path, help="work here instead of a temporary folder")
@@ -368,6 +382,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     print(f"command: {shlex.join(sys.orig_argv)}", flush=True)
     print(f"cores: {os.cpu_count()}; load average at start: {os.getloadavg()}", flush=True)
+    print(f"server TensorFlow threads (intra, inter; 0: auto): {args.server_threads}", flush=True)
     out_root = args.out_dir or Path(tempfile.mkdtemp(prefix="bench-serving-"))
     out_root.mkdir(parents=True, exist_ok=True)
     if min(args.workers) < 1:
@@ -384,7 +399,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"model: {base_path}", flush=True)
         sides = {"in_process": InProcess(base_path)}
         for workers, side in zip(dict.fromkeys(args.workers), servers, strict=True):
-            sides[side] = Server(base_path, out_root, workers)
+            sides[side] = Server(base_path, out_root, workers, tuple(args.server_threads))
             started.append(sides[side])
         for server in started:
             server.warm_up()
@@ -431,6 +446,10 @@ def main(argv: list[str] | None = None) -> int:
         "model": str(base_path),
         "load_average_at_end": os.getloadavg(),
         "load_generator": LOAD_GENERATOR,
+        "server_tensorflow_threads": {
+            "intra": args.server_threads[0],
+            "inter": args.server_threads[1],
+        },
         "in_process_limit": "the same SavedModel's serving_default in this process, "
         "N threads making the server's flat call (Signature.prepared_call) on tensors made once",
         "cells": cells,

@@ -40,6 +40,14 @@ def register(sub, add_common_options) -> None:
         help="server processes sharing the port, each loading every model (default 1): more "
         "requests per second on several cores, at the memory of one server per worker",
     )
+    for pool, what in (("intra", "inside one op"), ("inter", "running independent ops")):
+        p.add_argument(
+            f"--tensorflow-{pool}-op-parallelism",
+            type=int,
+            default=0,
+            dest=f"{pool}_op_threads",
+            help=f"as TF Serving's flag: TensorFlow's threads for {what} (0: TensorFlow's choice)",
+        )
     p.set_defaults(func=cmd_serve)
 
 
@@ -60,6 +68,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if args.workers < 1:
         print("error: --workers must be at least 1", file=sys.stderr)
         return 1
+    if args.intra_op_threads < 0 or args.inter_op_threads < 0:
+        print("error: the TensorFlow parallelism flags take 0 (automatic) or more", file=sys.stderr)
+        return 1
     workdir = default_workdir(args.workdir)
     spec = load_spec(args.pipeline, env=args.env, overrides=args.set, workdir=workdir).spec
     paths = RunPaths(workdir=workdir, spec=spec)
@@ -71,6 +82,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         ready_file=args.ready_file,
         monitoring_path=spec.push.monitoring_path,
         workers=args.workers,
+        intra_op_threads=args.intra_op_threads,
+        inter_op_threads=args.inter_op_threads,
         # The Pusher without push.serving_urls moves labels in the same write that adds their
         # version: this server keeps such a label where it was until the version is loaded.
         version_labels="any",

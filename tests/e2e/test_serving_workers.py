@@ -52,9 +52,12 @@ def test_two_workers_share_the_port_sum_their_metrics_and_swap_without_a_failed_
 ):
     base, config = write_swap_models(tmp_path)
     args = ["--model-config-file", str(config), "--poll-seconds", "0.25", "--workers", "2"]
+    # TF Serving's thread-pool flags travel to every worker, and TensorFlow takes them.
+    args += ["--tensorflow-intra-op-parallelism", "1", "--tensorflow-inter-op-parallelism", "2"]
     with serving(args, tmp_path / "server") as server:
         workers = psutil.Process(server.process.pid).children()
         assert len(workers) == 2
+        assert server.log().count("TensorFlow threads: intra-op 1, inter-op 2") == 2
 
         # New keep-alive connections until each worker holds one: the kernel hands each
         # connection to one worker.

@@ -42,3 +42,14 @@ def test_a_worker_gets_every_option_of_its_server():
     worker = dataclasses.replace(server, workers=1, listen_fd=7, ready_file="/tmp/ready-0.json")
     argv = ["--worker-options", json.dumps(dataclasses.asdict(worker))]
     assert _options(argv) == worker
+
+
+def test_tensorflow_thread_pools_are_read_like_tf_servings_flags(capsys):
+    assert (_options(MODEL).intra_op_threads, _options(MODEL).inter_op_threads) == (0, 0)
+    options = _options(
+        [*MODEL, "--tensorflow-intra-op-parallelism", "1", "--tensorflow-inter-op-parallelism", "2"]
+    )
+    assert (options.intra_op_threads, options.inter_op_threads) == (1, 2)
+    with pytest.raises(SystemExit):
+        _options([*MODEL, "--tensorflow-intra-op-parallelism", "-1"])
+    assert "0 (automatic) or more threads" in capsys.readouterr().err

@@ -72,6 +72,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="server processes sharing the port, each loading every model (default 1): more "
         "requests per second on several cores, at the memory of one server per worker",
     )
+    for pool, what in (("intra", "inside one op"), ("inter", "running independent ops")):
+        parser.add_argument(
+            f"--tensorflow-{pool}-op-parallelism",
+            type=int,
+            default=0,
+            dest=f"{pool}_op_threads",
+            help=f"as TF Serving's flag: TensorFlow's threads for {what} (0: TensorFlow's "
+            "choice; 1 and 1 answer small requests fastest on a small machine)",
+        )
     # How a multi-worker server starts each worker: its options as JSON (internal).
     parser.add_argument("--worker-options", help=argparse.SUPPRESS)
     return parser
@@ -92,6 +101,8 @@ def options_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser)
         parser.error("--poll-seconds must be positive")
     if args.workers < 1:
         parser.error("--workers must be at least 1")
+    if args.intra_op_threads < 0 or args.inter_op_threads < 0:
+        parser.error("the TensorFlow parallelism flags take 0 (automatic) or more threads")
     if not args.monitoring_path.startswith("/"):
         parser.error("--monitoring-path must start with /")
     return ServerOptions(
@@ -105,6 +116,8 @@ def options_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser)
         monitoring_path=args.monitoring_path,
         version_labels=args.version_labels,
         workers=args.workers,
+        intra_op_threads=args.intra_op_threads,
+        inter_op_threads=args.inter_op_threads,
     )
 
 
