@@ -8,6 +8,11 @@ the validation failed only on change thresholds whose interval does not lie whol
 allowed change (a regression that is not significant at `confidence_level`), rewrites the
 blessing to BLESSED exactly as TFX writes it. TFMA's validations file is left as TFMA wrote
 it; the judgement goes next to it, in `confidence_gate.json`.
+
+`evaluation.engine` picks what computes the metrics: TFX's executor with TFMA, or the vectorized
+engine (vectorized.py), which writes the same EvalResult and blessing from TFMA's own
+combiners, derived computations, validator and writers with the per-example work done over
+whole batches; `auto` takes it only where it computes the whole EvalConfig on a big split.
 """
 
 from __future__ import annotations
@@ -29,6 +34,8 @@ CONFIDENCE_LEVEL_KEY = "confidence_level"
 JUDGEMENT_FILE = "confidence_gate.json"
 # On the blessing: why the gate blessed a model TFMA did not (absent otherwise).
 GATE_PROPERTY = "conveyor_confidence_gate"
+# On the evaluation: which engine computed the metrics ("tfma" or "vectorized").
+ENGINE_PROPERTY = "conveyor_evaluation_engine"
 # On the evaluation: the whole evaluation set's metrics (pipelines.metadata reads them back).
 METRIC_PREFIX = "conveyor_metric_"
 BASELINE_METRIC_PREFIX = "conveyor_baseline_metric_"
@@ -38,10 +45,24 @@ class Executor(tfx_evaluator_executor.Executor):
     """TFX's Evaluator executor; with `confidence_level` set, change thresholds that fail only
     on the noise of the evaluation split no longer block the blessing."""
 
+    # Which engine computes the metrics: "tfma" (TFX's Evaluator as it is), "auto" or
+    # "vectorized" (components/evaluator/vectorized.py); the subclasses below set it.
+    ENGINE = "tfma"
+
     def Do(self, input_dict, output_dict, exec_properties):  # noqa: N802 - TFX's name
-        """Runs TFX's Evaluator, then judges its change thresholds with the intervals, and
-        records the overall metrics on the evaluation artifact."""
-        super().Do(input_dict, output_dict, exec_properties)
+        """Runs TFX's Evaluator (or the vectorized engine, which writes the same artifacts),
+        then judges its change thresholds with the intervals, and records the overall metrics
+        on the evaluation artifact."""
+        engine, why = choose_engine(self.ENGINE, input_dict, exec_properties)
+        logging.info("Evaluation engine: %s (%s).", engine, why)
+        if engine == "vectorized":
+            self.evaluate_vectorized(input_dict, output_dict, exec_properties)
+        else:
+            super().Do(input_dict, output_dict, exec_properties)
+        evaluation = artifact_utils.get_single_instance(
+            output_dict[standard_component_specs.EVALUATION_KEY]
+        )
+        evaluation.set_string_custom_property(ENGINE_PROPERTY, engine)
         self.apply_confidence_gate(input_dict, output_dict, exec_properties)
         try:
             record_overall_metrics(output_dict)
@@ -91,6 +112,172 @@ class Executor(tfx_evaluator_executor.Executor):
             )
         logging.info("Confidence gate: %s", record["decision"])
         return record
+
+    def evaluate_vectorized(self, input_dict, output_dict, exec_properties) -> None:
+        """What TFX's `Do` does, with the vectorized engine in TFMA's place: the same
+        EvalConfig defaults, models, EvalResult files and blessing (files and properties)."""
+        import tensorflow_model_analysis as tfma
+
+        from components.evaluator import vectorized
+
+        eval_config = defaulted_eval_config(input_dict, exec_properties)
+        model_paths = _model_paths(input_dict, eval_config)
+        output_uri = artifact_utils.get_single_uri(
+            output_dict[standard_component_specs.EVALUATION_KEY]
+        )
+        patterns = vectorized.file_patterns(_split_uris(input_dict, exec_properties))
+        with self._make_beam_pipeline() as pipeline:
+            vectorized.evaluate(pipeline, patterns, eval_config, model_paths, output_uri)
+        logging.info("Evaluation complete. Results written to %s.", output_uri)
+        if not tfma.metrics.metric_thresholds_from_metrics_specs(
+            eval_config.metrics_specs, eval_config=eval_config
+        ):
+            logging.info("No threshold configured, will not validate model.")
+            return
+        write_blessing(input_dict, output_dict, exec_properties, output_uri)
+
+
+class AutoEngineExecutor(Executor):
+    """The vectorized engine where it computes the whole EvalConfig and the split is big
+    (`vectorized.MIN_EXAMPLES`); TFX's Evaluator with TFMA otherwise."""
+
+    ENGINE = "auto"
+
+
+class VectorizedEngineExecutor(Executor):
+    """The vectorized engine always (`evaluation.engine: vectorized`); an EvalConfig it cannot
+    compute is an error."""
+
+    ENGINE = "vectorized"
+
+
+def defaulted_eval_config(input_dict, exec_properties):
+    """The EvalConfig as TFX's executor makes it: TFMA's defaults for the models given."""
+    import tensorflow_model_analysis as tfma
+
+    eval_config = tfma.EvalConfig()
+    proto_utils.json_to_proto(
+        exec_properties[standard_component_specs.EVAL_CONFIG_KEY], eval_config
+    )
+    eval_config = tfma.utils.update_eval_config_with_defaults(
+        eval_config,
+        has_baseline=bool(input_dict.get(standard_component_specs.BASELINE_MODEL_KEY)),
+        rubber_stamp=True,
+    )
+    tfma.utils.verify_eval_config(eval_config)
+    return eval_config
+
+
+def _model_paths(input_dict, eval_config) -> dict[str, str]:
+    """Each model spec's name -> its serving SavedModel, as TFX's executor finds it."""
+    from tfx.utils import path_utils
+
+    paths = {}
+    for spec in eval_config.model_specs:
+        key = (
+            standard_component_specs.BASELINE_MODEL_KEY
+            if spec.is_baseline
+            else standard_component_specs.MODEL_KEY
+        )
+        model = artifact_utils.get_single_instance(input_dict[key])
+        paths[spec.name] = path_utils.serving_model_path(
+            model.uri, path_utils.is_old_model_artifact(model)
+        )
+    return paths
+
+
+def _split_uris(input_dict, exec_properties) -> list[str]:
+    """The folders of the splits evaluated (`example_splits`, TFX's default `eval`)."""
+    from tfx.utils import json_utils
+
+    splits = json_utils.loads(
+        exec_properties.get(standard_component_specs.EXAMPLE_SPLITS_KEY, "null") or "null"
+    ) or ["eval"]
+    examples = input_dict[standard_component_specs.EXAMPLES_KEY]
+    return [uri for split in splits for uri in artifact_utils.get_split_uris(examples, split)]
+
+
+def choose_engine(engine: str, input_dict, exec_properties) -> tuple[str, str]:
+    """("tfma" or "vectorized", why) for the configured `engine`. `auto` takes the vectorized
+    engine when it computes the whole EvalConfig and the split has at least
+    `vectorized.MIN_EXAMPLES` examples; `vectorized` raises when it cannot compute it."""
+    if engine == "tfma":
+        return "tfma", "evaluation.engine is tfma"
+    import tensorflow_model_analysis as tfma
+    from tfx.components.util import examples_utils
+    from tfx.proto import example_gen_pb2
+
+    from components.evaluator import vectorized
+
+    reasons = []
+    if not exec_properties.get(standard_component_specs.EVAL_CONFIG_KEY):
+        reasons.append("no eval_config (TFX's legacy feature_slicing_spec)")
+    if exec_properties.get(standard_component_specs.MODULE_PATH_KEY) or exec_properties.get(
+        standard_component_specs.MODULE_FILE_KEY
+    ):
+        reasons.append("a module with custom extractors or models")
+    if standard_component_specs.MODEL_KEY not in input_dict:
+        reasons.append("no model (predictions read from the examples)")
+    for examples in input_dict.get(standard_component_specs.EXAMPLES_KEY, []):
+        if examples_utils.get_payload_format(examples) != example_gen_pb2.FORMAT_TF_EXAMPLE:
+            reasons.append("examples that are not tf.Examples")
+    if not reasons:
+        eval_config = defaulted_eval_config(input_dict, exec_properties)
+        paths = _model_paths(input_dict, eval_config)
+        types = {
+            spec.name: tfma.utils.get_model_type(spec, paths[spec.name])
+            for spec in eval_config.model_specs
+        }
+        reasons = vectorized.unsupported(eval_config, types)
+    if reasons:
+        if engine == "vectorized":
+            raise ValueError(
+                "evaluation.engine is vectorized, but the vectorized engine cannot compute "
+                f"this evaluation: {'; '.join(reasons)}. Set evaluation.engine to auto or tfma."
+            )
+        return "tfma", "the vectorized engine cannot compute " + "; ".join(reasons)
+    if engine == "vectorized":
+        return "vectorized", "evaluation.engine is vectorized"
+    count = vectorized.count_examples(
+        _split_uris(input_dict, exec_properties), vectorized.MIN_EXAMPLES
+    )
+    if count < vectorized.MIN_EXAMPLES:
+        return "tfma", f"{count} examples, under {vectorized.MIN_EXAMPLES}"
+    return "vectorized", f"at least {vectorized.MIN_EXAMPLES} examples"
+
+
+def write_blessing(input_dict, output_dict, exec_properties, evaluation_uri: str) -> None:
+    """Writes the ModelBlessing as TFX's Evaluator executor does after TFMA: the models'
+    URIs and ids, the component id, and BLESSED or NOT_BLESSED (file and `blessed`) from
+    TFMA's validation result in `evaluation_uri`."""
+    import tensorflow_model_analysis as tfma
+
+    blessing = artifact_utils.get_single_instance(
+        output_dict[standard_component_specs.BLESSING_KEY]
+    )
+    model = input_dict[standard_component_specs.MODEL_KEY][0]
+    blessing.set_string_custom_property(
+        constants.ARTIFACT_PROPERTY_CURRENT_MODEL_URI_KEY, model.uri
+    )
+    blessing.set_int_custom_property(constants.ARTIFACT_PROPERTY_CURRENT_MODEL_ID_KEY, model.id)
+    if input_dict.get(standard_component_specs.BASELINE_MODEL_KEY):
+        baseline = input_dict[standard_component_specs.BASELINE_MODEL_KEY][0]
+        blessing.set_string_custom_property(
+            constants.ARTIFACT_PROPERTY_BASELINE_MODEL_URI_KEY, baseline.uri
+        )
+        blessing.set_int_custom_property(
+            constants.ARTIFACT_PROPERTY_BASELINE_MODEL_ID_KEY, baseline.id
+        )
+    if "current_component_id" in exec_properties:
+        blessing.set_string_custom_property("component_id", exec_properties["current_component_id"])
+    validation = tfma.load_validation_result(evaluation_uri)
+    if validation.validation_ok:
+        name, value = constants.BLESSED_FILE_NAME, constants.BLESSED_VALUE
+    else:
+        name, value = constants.NOT_BLESSED_FILE_NAME, constants.NOT_BLESSED_VALUE
+    io_utils.write_string_file(os.path.join(blessing.uri, name), "")
+    blessing.set_int_custom_property(constants.ARTIFACT_PROPERTY_BLESSED_KEY, value)
+    logging.info("Blessing result %s written to %s.", validation.validation_ok, blessing.uri)
 
 
 def record_overall_metrics(output_dict) -> dict[str, float]:

@@ -557,6 +557,51 @@ class ConfidenceSpec(StrictModel):
     )
 
 
+class EvaluationEngine(str, enum.Enum):
+    """What computes the evaluation's metrics (docs/model-gate.md)."""
+
+    AUTO = "auto"
+    TFMA = "tfma"
+    VECTORIZED = "vectorized"
+
+
+# TFMA's metrics whose accumulators the vectorized engine computes over whole batches: those
+# derived from TFMA's calibration histogram or its binary confusion matrices at fixed
+# thresholds (components/evaluator/vectorized.py checks the whole EvalConfig again at run time).
+VECTORIZED_METRICS = (
+    "AUC",
+    "AUCPrecisionRecall",
+    "BalancedAccuracy",
+    "BinaryAccuracy",
+    "CalibrationPlot",
+    "ConfusionMatrixPlot",
+    "DiagnosticOddsRatio",
+    "F1Score",
+    "FallOut",
+    "FalseDiscoveryRate",
+    "FalseNegatives",
+    "FalseOmissionRate",
+    "FalsePositives",
+    "FowlkesMallowsIndex",
+    "Informedness",
+    "Markedness",
+    "MatthewsCorrelationCoefficient",
+    "MaxRecall",
+    "MissRate",
+    "NegativeLikelihoodRatio",
+    "NegativePredictiveValue",
+    "PositiveLikelihoodRatio",
+    "Precision",
+    "Prevalence",
+    "PrevalenceThreshold",
+    "Recall",
+    "Specificity",
+    "ThreatScore",
+    "TrueNegatives",
+    "TruePositives",
+)
+
+
 class EvaluationSpec(StrictModel):
     """The model gate: TFMA metrics and thresholds a candidate must pass to be pushed."""
 
@@ -579,6 +624,37 @@ class EvaluationSpec(StrictModel):
         "computes confidence intervals, and a candidate fails a change threshold only when the "
         "regression is significant at `level` (see docs/model-gate.md).",
     )
+    engine: EvaluationEngine = Field(
+        default=EvaluationEngine.AUTO,
+        description="`tfma`: TFX's Evaluator with TFMA. `vectorized`: TFMA's metrics "
+        "accumulated over whole batches (same EvalResult and blessing; AUC, accuracy, "
+        "precision, recall and the like, slices of one column, no `confidence`). `auto`: "
+        "`vectorized` when it computes the whole evaluation and the split has at least 10,000 "
+        "examples, else `tfma`.",
+    )
+
+    @model_validator(mode="after")
+    def _engine_computes_it(self) -> EvaluationSpec:
+        if self.engine is not EvaluationEngine.VECTORIZED:
+            return self
+        reasons = []
+        if self.confidence is not None:
+            reasons.append("`confidence` (TFMA's intervals resample the examples)")
+        others = sorted({m.name for m in self.metrics} - set(VECTORIZED_METRICS))
+        if others:
+            reasons.append(f"the metrics {others}")
+        wide = [list(s) for s in self.slices if len(s) > 1]
+        if wide:
+            reasons.append(f"slices of several columns {wide}")
+        if reasons:
+            known = f" (it computes {', '.join(VECTORIZED_METRICS)})" if others else ""
+            raise ValueError(
+                "evaluation.engine is vectorized, but the vectorized engine cannot compute "
+                + "; ".join(reasons)
+                + f"{known}. Set evaluation.engine to auto (TFMA then computes what the "
+                "vectorized engine cannot) or tfma"
+            )
+        return self
 
     @model_validator(mode="after")
     def _gated(self) -> EvaluationSpec:

@@ -94,7 +94,8 @@ def build(ctx: BuildContext, node_id: str) -> None:
     """Adds TFX's Evaluator with the spec's `eval_config`, against the baseline model when a
     baseline resolver provides one, and publishes its `blessing` for the Pusher. With
     `evaluation.confidence` set, Conveyor's Evaluator (TFX's, plus change thresholds judged with
-    TFMA's confidence intervals) takes its place under the same id and outputs."""
+    TFMA's confidence intervals) takes its place under the same id and outputs (TFMA computes
+    intervals, so `evaluation.engine` does not apply there)."""
     inputs = {
         "examples": ctx.need("examples", node_id),
         "model": ctx.need("model", node_id),
@@ -106,12 +107,22 @@ def build(ctx: BuildContext, node_id: str) -> None:
         from tfx.components import Evaluator
         from tfx.dsl.components.base import executor_spec
 
-        from components.evaluator.executor import Executor
+        from components.evaluator.executor import (
+            AutoEngineExecutor,
+            Executor,
+            VectorizedEngineExecutor,
+        )
 
         node = Evaluator(**inputs).with_id(node_id)
-        # Conveyor's executor: TFX's, then the overall metrics recorded on the evaluation for
-        # the history page (with no confidence level it judges nothing).
-        node.executor_spec = executor_spec.BeamExecutorSpec(Executor)
+        # Conveyor's executor: TFX's (or the vectorized engine, per `evaluation.engine`), then
+        # the overall metrics recorded on the evaluation for the history page (with no
+        # confidence level it judges nothing).
+        executor = {
+            "tfma": Executor,
+            "auto": AutoEngineExecutor,
+            "vectorized": VectorizedEngineExecutor,
+        }[ctx.spec.evaluation.engine.value]
+        node.executor_spec = executor_spec.BeamExecutorSpec(executor)
     else:
         from components.evaluator.component import Evaluator
 

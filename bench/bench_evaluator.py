@@ -1,0 +1,154 @@
+"""Benchmark: the Evaluator executor alone, TFMA against the vectorized engine.
+
+Takes a working directory where a night has run with a baseline (for example night two of
+`bench_nightly.py --keep`, or two `conveyor run taxi --env large` nights of
+pipelines/datasets/taxi_nights.py rows), finds that night's Evaluator execution in its ML
+Metadata (examples, candidate, baseline), and runs Conveyor's Evaluator executor on those
+artifacts in this process, once per engine and repetition, alternating which goes first. Each
+line gives the executor's seconds (TensorFlow and TFX imports excluded: they are paid once per
+process either way) and the load average before it; the medians close the table.
+
+    .venv/bin/python bench/bench_evaluator.py WORKDIR [--pipeline taxi] [--env large]
+        [--repeat 3] [--beam-arg ARG ...]
+
+This is a benchmark, not a test: it asserts nothing about speed. It also checks that both
+engines wrote the same metrics and validation result, and exits non-zero when they differ.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ENGINES = ("tfma", "vectorized")
+
+
+def night_inputs(workdir: Path, spec):
+    """The latest Evaluator execution's input artifacts (TFX types) and its eval_config."""
+    from ml_metadata.proto import metadata_store_pb2
+    from tfx.types import artifact_utils
+
+    from pipelines import metadata
+    from pipelines.paths import RunPaths
+
+    store = metadata.open_store(spec, RunPaths(workdir=workdir, spec=spec).metadata_path)
+    types = {t.id: t for t in store.get_artifact_types()}
+    evaluators = [
+        t for t in store.get_execution_types() if t.name.rsplit(".", 1)[-1] == "Evaluator"
+    ]
+    executions = [e for t in evaluators for e in store.get_executions_by_type(t.name)]
+    if not executions:
+        raise SystemExit(f"{workdir}: no Evaluator execution in its ML Metadata")
+    execution = max(executions, key=lambda e: e.id)
+    inputs: dict[str, list] = {}
+    for event in store.get_events_by_execution_ids([execution.id]):
+        if event.type != metadata_store_pb2.Event.INPUT:
+            continue
+        [artifact] = store.get_artifacts_by_id([event.artifact_id])
+        key = event.path.steps[0].key
+        tfx = artifact_utils.deserialize_artifact(types[artifact.type_id], artifact)
+        inputs.setdefault(key, []).append(tfx)
+    if "baseline_model" not in inputs:
+        raise SystemExit(f"{workdir}: the latest Evaluator ran without a baseline model")
+    return inputs, execution
+
+
+def run_engine(engine: str, inputs, properties, beam_args, out: Path) -> float:
+    """Runs the executor of `engine` on `inputs`; returns its seconds."""
+    from tfx.dsl.components.base import base_beam_executor
+    from tfx.types import standard_artifacts
+
+    from components.evaluator.executor import Executor, VectorizedEngineExecutor
+
+    shutil.rmtree(out, ignore_errors=True)
+    evaluation = standard_artifacts.ModelEvaluation()
+    evaluation.uri = str(out / "evaluation")
+    blessing = standard_artifacts.ModelBlessing()
+    blessing.uri = str(out / "blessing")
+    os.makedirs(evaluation.uri)
+    os.makedirs(blessing.uri)
+    context = base_beam_executor.BaseBeamExecutor.Context(
+        beam_pipeline_args=beam_args, tmp_dir=str(out / "tmp"), unique_id=engine
+    )
+    executor = (Executor if engine == "tfma" else VectorizedEngineExecutor)(context)
+    start = time.perf_counter()
+    executor.Do(inputs, {"evaluation": [evaluation], "blessing": [blessing]}, properties)
+    return time.perf_counter() - start
+
+
+def same_results(first: Path, second: Path) -> bool:
+    """Whether two evaluations hold the same metrics (exactly) and validation result."""
+    import tensorflow_model_analysis as tfma
+
+    def metrics(path):
+        return {
+            (
+                r.slice_key.SerializeToString(deterministic=True),
+                kv.key.SerializeToString(),
+            ): kv.value.SerializeToString()
+            for r in tfma.load_metrics(str(path / "evaluation"))
+            for kv in r.metric_keys_and_values
+        }
+
+    return metrics(first) == metrics(second) and tfma.load_validation_result(
+        str(first / "evaluation")
+    ) == tfma.load_validation_result(str(second / "evaluation"))
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Runs the benchmark; prints one line per run and the medians."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("workdir", type=Path)
+    parser.add_argument("--pipeline", default="taxi")
+    parser.add_argument("--env", default="large")
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument(
+        "--beam-arg",
+        action="append",
+        default=None,
+        help="Beam pipeline argument (default: the in-memory DirectRunner, one worker)",
+    )
+    args = parser.parse_args(argv)
+    os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+    from google.protobuf import json_format
+
+    from pipelines.build.nodes.evaluator import eval_config
+    from pipelines.spec.loading import load_spec
+
+    spec = load_spec(args.pipeline, env=args.env, workdir=args.workdir).spec
+    inputs, _ = night_inputs(args.workdir, spec)
+    properties = {
+        "eval_config": json_format.MessageToJson(eval_config(spec)),
+        "example_splits": "null",
+        "fairness_indicator_thresholds": "null",
+    }
+    beam_args = args.beam_arg or ["--direct_running_mode=in_memory", "--direct_num_workers=1"]
+    seconds: dict[str, list[float]] = {engine: [] for engine in ENGINES}
+    with tempfile.TemporaryDirectory(prefix="bench-evaluator-") as scratch:
+        for repetition in range(args.repeat):
+            order = ENGINES if repetition % 2 == 0 else ENGINES[::-1]
+            for engine in order:
+                load = "/".join(f"{x:.2f}" for x in os.getloadavg())
+                took = run_engine(engine, inputs, properties, beam_args, Path(scratch) / engine)
+                seconds[engine].append(took)
+                print(f"{engine:<11} run {repetition + 1}: {took:7.2f} s  (load before {load})")
+            if not same_results(Path(scratch) / "tfma", Path(scratch) / "vectorized"):
+                print("the engines' metrics or validation differ", file=sys.stderr)
+                return 1
+    for engine in ENGINES:
+        runs = seconds[engine]
+        print(
+            f"{engine:<11} median {statistics.median(runs):7.2f} s "
+            f"(min {min(runs):.2f}, max {max(runs):.2f}, {len(runs)} runs)"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

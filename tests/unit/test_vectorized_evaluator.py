@@ -1,0 +1,144 @@
+"""The vectorized engine's accumulators are TFMA's, built over whole batches: the same buckets
+and confusion matrices TFMA's own combiners build example by example; what the engine cannot
+compute is named, at validate and at run time (tests/e2e/test_vectorized_evaluator.py runs it
+against TFMA on real models)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from pipelines.spec.loading import SpecError, load_spec
+
+
+def _computations(overrides=(), has_baseline=False):
+    import tensorflow_model_analysis as tfma
+    from tensorflow_model_analysis.metrics import metric_specs, metric_types
+
+    from pipelines.build.nodes.evaluator import eval_config
+
+    config = tfma.utils.update_eval_config_with_defaults(
+        eval_config(load_spec("taxi", overrides=list(overrides)).spec),
+        has_baseline=has_baseline,
+        rubber_stamp=True,
+    )
+    computations = metric_specs.to_computations(config.metrics_specs, eval_config=config)
+    return config, [c for c in computations if type(c) is metric_types.MetricComputation]
+
+
+def _tfma_accumulator(combiner, labels, predictions):
+    """TFMA's own combiner, one example at a time, as its evaluator feeds it."""
+    import tensorflow_model_analysis as tfma
+    from tensorflow_model_analysis.metrics import metric_types
+
+    accumulator = combiner.create_accumulator()
+    assert combiner._key.model_name == ""  # one model: TFMA's inputs are not keyed by name
+    for label, prediction in zip(labels, predictions, strict=True):
+        accumulator = combiner.add_input(
+            accumulator,
+            metric_types.StandardMetricInputs(
+                {
+                    tfma.LABELS_KEY: np.array([label]),
+                    tfma.PREDICTIONS_KEY: np.array([prediction]),
+                    tfma.EXAMPLE_WEIGHTS_KEY: np.array([1.0]),
+                }
+            ),
+        )
+    return accumulator
+
+
+@pytest.mark.parametrize("fractional", [False, True], ids=["binary-labels", "fractional-labels"])
+def test_batch_accumulators_are_tfmas_example_by_example(fractional):
+    from components.evaluator.vectorized import batch_accumulator
+
+    overrides = ["evaluation.metrics=[{name: AUC, lower_bound: 0.5}, {name: BinaryAccuracy}]"]
+    _, computations = _computations(overrides)
+    rng = np.random.default_rng(7)
+    labels = rng.random(500) if fractional else rng.integers(0, 2, 500).astype(np.float64)
+    # Predictions at the edges too: below 0, above 1, exactly on the 0.5 threshold.
+    predictions = (
+        np.concatenate([rng.random(494), [-0.2, 0.0, 0.5, 0.5, 1.0, 1.3]])
+        .astype(np.float32)
+        .astype(np.float64)
+    )
+    assert {type(c.combiner).__name__ for c in computations} == {
+        "_CalibrationHistogramCombiner",
+        "_BinaryConfusionMatrixCombiner",
+    }
+    for computation in computations:
+        combiner = computation.combiner
+        ours = batch_accumulator(combiner, labels, predictions)
+        theirs = _tfma_accumulator(combiner, labels, predictions)
+        assert sorted(ours) == sorted(theirs)
+        for key in theirs:
+            a, b = ours[key], theirs[key]
+            if hasattr(b, "matrix"):
+                assert np.allclose(tuple(a.matrix), tuple(b.matrix), rtol=1e-12, atol=1e-12)
+            else:
+                assert a.bucket_id == b.bucket_id and a.weighted_examples == pytest.approx(
+                    b.weighted_examples, rel=1e-12
+                )
+                assert a.weighted_labels == pytest.approx(b.weighted_labels, rel=1e-12)
+                assert a.weighted_predictions == pytest.approx(b.weighted_predictions, rel=1e-12)
+
+
+def test_the_taxi_evaluation_is_one_the_engine_computes():
+    from components.evaluator.vectorized import unsupported
+
+    config, _ = _computations(has_baseline=True)
+    assert unsupported(config) == []
+
+
+def test_what_the_engine_cannot_compute_is_named():
+    from components.evaluator.vectorized import unsupported
+
+    config, _ = _computations(
+        [
+            "evaluation.metrics=[{name: ExampleCount}, {name: AUC, lower_bound: 0.5}]",
+            "evaluation.slices=[[], [payment_type, company]]",
+            "evaluation.confidence={level: 0.9}",
+        ]
+    )
+    reasons = " | ".join(unsupported(config))
+    assert "confidence intervals" in reasons
+    assert "['payment_type', 'company']" in reasons
+    # The spec checks metric names; the engine checks TFMA's computations themselves.
+    config.options.ClearField("compute_confidence_intervals")
+    del config.slicing_specs[1:]
+    assert unsupported(config) == ["the metric computation example_count (_ExampleCountCombiner)"]
+    assert "Keras" in unsupported(config, {"candidate": "tf_keras"})[-1]
+
+
+@pytest.mark.parametrize(
+    "override, named",
+    [
+        ("evaluation.confidence={level: 0.9}", "`confidence`"),
+        ("evaluation.metrics=[{name: MeanLabel, lower_bound: 0.1}]", "['MeanLabel']"),
+        ("evaluation.slices=[[payment_type, company]]", "[['payment_type', 'company']]"),
+    ],
+)
+def test_engine_vectorized_refuses_at_validate_what_it_cannot_compute(override, named):
+    with pytest.raises(SpecError) as error:
+        load_spec("taxi", overrides=["evaluation.engine=vectorized", override])
+    message = str(error.value)
+    assert "evaluation.engine is vectorized" in message and named in message
+    assert "Traceback" not in message
+
+
+def test_the_engine_is_auto_by_default_and_picks_the_executor(tmp_path):
+    from components.evaluator.executor import (
+        AutoEngineExecutor,
+        Executor,
+        VectorizedEngineExecutor,
+    )
+    from pipelines.build.builder import build_pipeline
+
+    def evaluator_executor(overrides):
+        pipeline = build_pipeline(load_spec("taxi", overrides=overrides).spec, tmp_path)
+        node = next(node for node in pipeline.components if node.id == "evaluator")
+        return node.executor_spec.executor_class
+
+    assert load_spec("taxi").spec.evaluation.engine.value == "auto"
+    assert evaluator_executor([]) is AutoEngineExecutor
+    assert evaluator_executor(["evaluation.engine=tfma"]) is Executor
+    assert evaluator_executor(["evaluation.engine=vectorized"]) is VectorizedEngineExecutor
