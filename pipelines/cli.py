@@ -71,11 +71,26 @@ def cmd_validate(args: argparse.Namespace) -> int:
                 print(f"FAIL {name} [{env}]: {err}", file=sys.stderr)
                 continue
             print(f"ok   {name} [{env}]: {len(loaded.spec.components)} components")
+            reader = _csv_reader_line(loaded.spec)
+            if reader:
+                print(f"     reader: {reader}")
             if args.print:
                 import yaml
 
                 print(yaml.safe_dump(loaded.spec.to_yaml_dict(), sort_keys=False))
     return 1 if failures else 0
+
+
+def _csv_reader_line(spec) -> str | None:
+    """Which CSV reader the spec gets under its profile and why (None for other formats)."""
+    from components.arrow_example_gen import placement  # standard library only
+
+    data = spec.data
+    if data.format.value != "csv":
+        return None
+    return placement.reader_summary(
+        data.reader.value, data.bad_rows.value, data.arrow_above_megabytes, spec.runtime.beam_args
+    )
 
 
 def cmd_compile(args: argparse.Namespace) -> int:

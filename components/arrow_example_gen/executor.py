@@ -6,6 +6,17 @@ with pyarrow's reader, encodes a whole block at once with tfx_bsl's C++ RecordBa
 encoder, assigns splits with vectorised hashing, and appends gzipped TFRecords per split.
 Memory is one block, whatever the file size.
 
+The input is read in work units (ranges.py): byte ranges of the files, cut on the driver where
+records end, about SHARD_BYTES each. A first pass types each unit's columns; the units' types
+combine into the input's; a second pass encodes and writes each unit as shard `i` of every split.
+On a distributed Beam runner (and the DirectRunner's multi-threading or multi-processing modes)
+these are Beam stages: Create + Reshuffle of the units, a Map that types them, gathered into one
+survey that the encoding Map takes as a side input, and the units' reports brought back to the
+driver. On the DirectRunner in memory, where Beam would run the units one after another in this
+process anyway, the same functions run without it, as they do for an input of one unit: Beam's
+own cost was 0.5 to 1.2 s a run in memory, a fifth or more of this reader's 2.4 to 3.3 s on
+150,000 rows (bench/README.md, 2026-12-01). Either way each split holds the same examples.
+
 It keeps TFX's contracts, so every downstream component reads its output unchanged:
 - the same columns, types and values as CsvExampleGen: a column is INT if every non-empty cell
   is an integer, FLOAT if every one is a number, else STRING (BYTES), decided over the whole
@@ -32,9 +43,12 @@ from __future__ import annotations
 import bisect
 import hashlib
 import os
+import pickle
 import queue
+import shutil
+import tempfile
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -45,7 +59,7 @@ import pyarrow.csv as pacsv
 from absl import logging
 from tfx.dsl.components.base import base_beam_executor
 
-from components.arrow_example_gen import splits
+from components.arrow_example_gen import placement, ranges, splits
 from components.csv_input import checks
 from components.csv_input.checks import CsvInputError
 
@@ -54,7 +68,7 @@ from components.csv_input.checks import CsvInputError
 # input until 32 blocks are held: with 16 MB blocks the reader alone peaked at 1.4 GB for 1.5M
 # rows and 1.6 GB for 3M. With 4 MB blocks it is 1.07 and 1.09 GB, about 5% slower.
 BLOCK_BYTES = 4 << 20
-SHARD_BYTES = 64 << 20  # input bytes per output file of a split
+SHARD_BYTES = placement.UNIT_BYTES  # input bytes per work unit: per output file of a split
 MAX_SHARDS = 8
 SKIPPED_ROWS_PROPERTY = "conveyor_skipped_rows"
 BAD_ROWS_OPTION = "bad_rows"
@@ -97,18 +111,33 @@ def _widest_type(values: pa.Array, known: int = UNKNOWN) -> int:
 
 @dataclass
 class CsvSurvey:
-    """What a first pass over the input learns: header, column types, rows, bad rows."""
+    """What a first pass over the input learns: header, column types, rows, bad rows, and what
+    this reader's parser found that stops the run (`refusal`, in its own words)."""
 
     columns: list[str]
     types: dict[str, int]
     rows: int = 0
     skipped: list[str] = field(default_factory=list)
+    refusal: str | None = None
 
 
-def _open(path: str, column_types: dict[str, pa.DataType] | None, on_invalid, threads: bool):
+def _open(
+    piece: ranges.ByteRange,
+    columns: list[str],
+    column_types: dict[str, pa.DataType] | None,
+    on_invalid,
+    threads: bool,
+):
+    """pyarrow's streaming reader over one piece of a file, parsed with the header's names."""
+    # Mapped, not read: the piece's bytes are handed to the parser without a copy, and the
+    # mapping goes with the reader.
+    source = pa.memory_map(piece.path)
+    source.seek(piece.start)
     return pacsv.open_csv(
-        path,
-        read_options=pacsv.ReadOptions(block_size=BLOCK_BYTES, use_threads=threads),
+        pa.BufferReader(source.read_buffer(piece.end - piece.start)),
+        read_options=pacsv.ReadOptions(
+            block_size=BLOCK_BYTES, use_threads=threads, column_names=columns
+        ),
         parse_options=pacsv.ParseOptions(newlines_in_values=True, invalid_row_handler=on_invalid),
         convert_options=pacsv.ConvertOptions(
             column_types=column_types,
@@ -131,38 +160,43 @@ def _refuse(
     return CsvInputError(problem or found)
 
 
-def survey(
-    paths: list[str], skip_bad_rows: bool, required: dict[str, str] | None = None
-) -> CsvSurvey:
-    """First pass: the header, each column's type over all rows, and the malformed rows.
+def check_input(paths: list[str], required: dict[str, str] | None, skip_bad_rows: bool) -> list:
+    """What is checked before any work unit is read: every header (and `required` columns,
+    column -> what in the spec names it), and the whole check when the byte scan finds what
+    pyarrow may read otherwise than Python's csv module. Returns the header's columns.
 
-    Bad input is refused by components/csv_input/checks.py, in the words TFX's reader gets:
-    the header (and `required` columns, column -> what in the spec names it) always; the whole
-    check when the byte scan finds what pyarrow may read otherwise than Python's csv module,
-    or when pyarrow reports a malformed row, a field over the check's limit or a parse error.
+    Bad input is refused by components/csv_input/checks.py, in the words TFX's reader gets.
     """
     if not paths:
         raise CsvInputError("no CSV files to read")
     columns = checks.check_headers(paths, required)
     if any(checks.needs_full_check(path) for path in paths):
         checks.check_inputs(paths, required, skip_bad_rows)
+    return columns
+
+
+def survey_unit(unit: ranges.WorkUnit, columns: list[str], skip_bad_rows: bool) -> CsvSurvey:
+    """First pass over one work unit: each column's type over its rows, its rows, its
+    malformed rows (named by file and line in the file), and whether its parser refused it."""
     types = dict.fromkeys(columns, UNKNOWN)
     result = CsvSurvey(columns=columns, types=types)
-    for path in paths:
+    as_text = dict.fromkeys(columns, pa.string())
+    for piece in unit.pieces:
         problems: list[str] = []
 
-        def on_invalid(row, path=path, problems=problems):
+        def on_invalid(row, piece=piece, problems=problems):
             # Raising here would reach the caller as a bare parse error: collect instead.
-            where = f"{path}, line {row.number}" if row.number else path
+            line = piece.first_line + row.number - 1 if row.number > 0 else None
+            where = f"{piece.path}, line {line}" if line else piece.path
             problems.append(
                 f"{where}: expected {row.expected_columns} fields, found {row.actual_columns}: "
                 f"{row.text[:120]!r}"
             )
             return "skip"
 
-        as_text = dict.fromkeys(columns, pa.string())
         try:
-            reader = _open(path, as_text, on_invalid, threads=False)  # threads hide line numbers
+            # One thread: pyarrow numbers rows only when it parses in order.
+            reader = _open(piece, columns, as_text, on_invalid, threads=False)
             for batch in reader:
                 if problems and not skip_bad_rows:
                     break
@@ -173,27 +207,58 @@ def survey(
                     if longest > checks.FIELD_LIMIT:
                         longest = pc.max(pc.utf8_length(values)).as_py()
                     if longest > checks.FIELD_LIMIT:
-                        raise _refuse(
-                            paths,
-                            required,
-                            skip_bad_rows,
-                            f"{path}: a field of column {name!r} has {longest:,} characters, over "
-                            f"the {checks.FIELD_LIMIT:,}-character limit",
+                        result.refusal = (
+                            f"{piece.path}: a field of column {name!r} has {longest:,} "
+                            f"characters, over the {checks.FIELD_LIMIT:,}-character limit"
                         )
+                        return result
                     if types[name] != STRING:
                         types[name] = _widest_type(values, types[name])
         except pa.ArrowInvalid as err:
-            raise _refuse(
-                paths, required, skip_bad_rows, f"{path}: {str(err).splitlines()[0]}"
-            ) from None
+            result.refusal = f"{piece.path}: {str(err).splitlines()[0]}"
+            return result
         if problems and not skip_bad_rows:
-            raise _refuse(
-                paths, required, skip_bad_rows, problems[0] + " (data.bad_rows is 'fail')"
-            )
+            result.refusal = problems[0] + " (data.bad_rows is 'fail')"
+            return result
         result.skipped += problems
-    if result.rows == 0:
-        raise CsvInputError(checks.no_rows_message(paths, len(result.skipped)))
     return result
+
+
+def merge_surveys(columns: list[str], surveys: list[tuple[int, CsvSurvey]]) -> CsvSurvey:
+    """The input's survey from its units' ((unit index, survey), in any order): each column's
+    widest type, all rows, the skipped rows and the first refusal in input order."""
+    merged = CsvSurvey(columns=columns, types=dict.fromkeys(columns, UNKNOWN))
+    for _, unit in sorted(surveys, key=lambda indexed: indexed[0]):
+        for name, kind in unit.types.items():
+            merged.types[name] = max(merged.types[name], kind)
+        merged.rows += unit.rows
+        merged.skipped += unit.skipped
+        merged.refusal = merged.refusal or unit.refusal
+    return merged
+
+
+def survey(
+    paths: list[str], skip_bad_rows: bool, required: dict[str, str] | None = None
+) -> CsvSurvey:
+    """First pass in this process: the header, each column's type over all rows, and the
+    malformed rows, or the refusal of bad input in the words TFX's reader gets (check_input,
+    then the check's message for what this reader's parser refuses)."""
+    columns = check_input(paths, required, skip_bad_rows)
+    units = ranges.plan_units(paths, SHARD_BYTES)
+    plan = merge_surveys(
+        columns, [(unit.index, survey_unit(unit, columns, skip_bad_rows)) for unit in units]
+    )
+    _refuse_if_unreadable(plan, paths, required, skip_bad_rows)
+    return plan
+
+
+def _refuse_if_unreadable(
+    plan: CsvSurvey, paths: list[str], required: dict[str, str] | None, skip_bad_rows: bool
+) -> None:
+    if plan.refusal:
+        raise _refuse(paths, required, skip_bad_rows, plan.refusal)
+    if plan.rows == 0:
+        raise CsvInputError(checks.no_rows_message(paths, len(plan.skipped)))
 
 
 def _as_lists(typed: pa.Array, column_type: int) -> pa.Array:
@@ -264,10 +329,10 @@ def decoded_schema(plan: CsvSurvey) -> pa.Schema:
 
 
 def encode_blocks(
-    paths: list[str], plan: CsvSurvey, skip_bad_rows: bool
+    pieces: tuple[ranges.ByteRange, ...], plan: CsvSurvey, skip_bad_rows: bool
 ) -> Iterator[tuple[pa.RecordBatch, dict[str, pa.Array], pa.RecordBatch, list[bytes]]]:
-    """Second pass: per block, the typed columns, the per-row lists and the serialised
-    tf.Examples."""
+    """Second pass over a unit's pieces: per block, the typed columns, the per-row lists and
+    the serialised tf.Examples."""
     from concurrent.futures import ThreadPoolExecutor
 
     from tfx_bsl.coders import example_coder
@@ -287,10 +352,10 @@ def encode_blocks(
             ]
             return [record for part in slices for record in part.result()]
 
-        for path in paths:
+        for piece in pieces:
             # Bad rows were reported (or refused) by the survey; here they are only skipped.
-            reader = _open(path, as_text, (lambda row: "skip") if skip_bad_rows else None, True)
-            for batch in reader:
+            on_invalid = (lambda row: "skip") if skip_bad_rows else None
+            for batch in _open(piece, plan.columns, as_text, on_invalid, True):
                 typed = {
                     name: pc.cast(batch.column(i), _ARROW_TYPES.get(plan.types[name], pa.string()))
                     for i, name in enumerate(plan.columns)
@@ -360,6 +425,164 @@ def shard_count(paths: list[str]) -> int:
     return max(1, min(MAX_SHARDS, -(-size // SHARD_BYTES)))
 
 
+@dataclass(frozen=True)
+class SplitTargets:
+    """Where and how every work unit writes its rows: TFX's splits and their Parquet copies."""
+
+    split_dirs: list[str]
+    buckets: list[int]  # cumulative hash buckets, one per split
+    split_key: str | None
+    skip_bad_rows: bool
+    units: int  # work units in all: each writes shard `index` of this many in every split
+    columnar_dirs: list[str] | None = None
+    compression_level: int = 1
+
+
+@dataclass(frozen=True)
+class UnitReport:
+    """What one work unit wrote: rows per split, and the process that wrote them."""
+
+    unit: int
+    counts: list[int]
+    process: int
+
+
+def write_unit(unit: ranges.WorkUnit, plan: CsvSurvey, targets: SplitTargets) -> UnitReport:
+    """Second pass over one work unit: its rows as tf.Examples into shard `unit.index` of
+    every split (and of its Parquet copy), split by TFX's hash buckets. Writes nothing when the
+    survey refused the input (the driver then raises the refusal)."""
+    if plan.refusal or plan.rows == 0:
+        return UnitReport(unit.index, [0] * len(targets.split_dirs), os.getpid())
+    blocks = (
+        (
+            assign_splits(batch, typed, plan.types, targets.buckets, targets.split_key),
+            records,
+            lists,
+        )
+        for batch, typed, lists, records in read_ahead(
+            encode_blocks(unit.pieces, plan, targets.skip_bad_rows)
+        )
+    )
+    counts = splits.write_blocks(
+        blocks,
+        targets.split_dirs,
+        1,
+        decoded_schema(plan),
+        targets.columnar_dirs,
+        targets.compression_level,
+        shard_number=unit.index,
+        shard_total=targets.units,
+    )
+    return UnitReport(unit.index, counts, os.getpid())
+
+
+@dataclass
+class Reading:
+    """What reading the input did: rows per split, the survey, and each work unit's report."""
+
+    counts: list[int]
+    plan: CsvSurvey
+    units: list[UnitReport]
+
+
+def read_csv_splits(
+    paths: list[str],
+    split_dirs: list[str],
+    buckets: list[int],
+    split_key: str | None,
+    skip_bad_rows: bool,
+    compression_level: int = 1,
+    columnar_dirs: list[str] | None = None,
+    required: dict[str, str] | None = None,
+    make_pipeline: Callable[[], Any] | None = None,
+    unit_bytes: int | None = None,
+) -> Reading:
+    """Reads the CSVs in work units of about `unit_bytes` (SHARD_BYTES) and writes each split's
+    gzipped TFRecord shards, one per unit, and with `columnar_dirs` the same rows as Parquet.
+
+    With `make_pipeline` (it makes a Beam pipeline, not yet run) and more than one unit, the
+    units are Beam work: typed per unit, the types combined into a side input, then encoded and
+    written per unit, spread over the runner's workers. Otherwise the same functions run one
+    unit after another in this process (one unit has nothing to spread, and a Beam job would
+    only add its start). Either way the examples of each split are the same. Bad input is
+    refused before anything is written, or, for what only the survey finds, after the
+    pipeline, with nothing written.
+
+    Raises:
+      CsvInputError: bad input, named by file and line (see check_input and survey).
+    """
+    columns = check_input(paths, required, skip_bad_rows)
+    if split_key and split_key not in columns:
+        raise CsvInputError(
+            f"data.split_key: column {split_key!r} is not in {paths[0]} "
+            f"(columns: {', '.join(columns)})"
+        )
+    units = ranges.plan_units(paths, unit_bytes or SHARD_BYTES)
+    if not units:
+        raise CsvInputError(checks.no_rows_message(paths))
+    targets = SplitTargets(
+        split_dirs, buckets, split_key, skip_bad_rows, len(units), columnar_dirs, compression_level
+    )
+    if make_pipeline is None or len(units) == 1:
+        plan = merge_surveys(
+            columns, [(unit.index, survey_unit(unit, columns, skip_bad_rows)) for unit in units]
+        )
+        _refuse_if_unreadable(plan, paths, required, skip_bad_rows)
+        reports = [write_unit(unit, plan, targets) for unit in units]
+    else:
+        plan, reports = _run_beam(make_pipeline(), units, columns, targets)
+        _refuse_if_unreadable(plan, paths, required, skip_bad_rows)
+    reports.sort(key=lambda report: report.unit)
+    counts = [sum(column) for column in zip(*(r.counts for r in reports), strict=True)]
+    return Reading(counts, plan, reports)
+
+
+def _run_beam(
+    pipeline, units: list[ranges.WorkUnit], columns: list[str], targets: SplitTargets
+) -> tuple[CsvSurvey, list[UnitReport]]:
+    """Runs the read as Beam stages and brings the survey and the units' reports back."""
+    import apache_beam as beam
+
+    # Where the last stage leaves what the driver needs: beside the output, which every
+    # worker of a distributed runner can reach; removed once read.
+    parent = os.path.dirname(os.path.abspath(targets.split_dirs[0]))
+    os.makedirs(parent, exist_ok=True)
+    handoff = tempfile.mkdtemp(prefix=".conveyor-units-", dir=parent)
+    outcome_path = os.path.join(handoff, "outcome.pickle")
+    try:
+        work = (
+            pipeline
+            | "PlanUnits" >> beam.Create(units)
+            # A fusion break: each unit can go to another worker.
+            | "SpreadUnits" >> beam.Reshuffle()
+        )
+        plan = (
+            work
+            | "TypeColumns"
+            >> beam.Map(lambda u: (u.index, survey_unit(u, columns, targets.skip_bad_rows)))
+            | "GatherTypes" >> beam.combiners.ToList()
+            | "CombineTypes" >> beam.Map(lambda surveys: merge_surveys(columns, surveys))
+        )
+        reports = work | "EncodeAndWrite" >> beam.Map(
+            write_unit, beam.pvalue.AsSingleton(plan), targets
+        )
+        _ = (
+            reports
+            | "GatherReports" >> beam.combiners.ToList()
+            | "HandBack" >> beam.Map(_save_outcome, beam.pvalue.AsSingleton(plan), outcome_path)
+        )
+        pipeline.run().wait_until_finish()
+        with open(outcome_path, "rb") as handle:
+            return pickle.load(handle)
+    finally:
+        shutil.rmtree(handoff, ignore_errors=True)
+
+
+def _save_outcome(reports: list[UnitReport], plan: CsvSurvey, path: str) -> None:
+    with open(path, "wb") as handle:
+        pickle.dump((plan, reports), handle)
+
+
 def write_splits(
     paths: list[str],
     split_dirs: list[str],
@@ -369,35 +592,26 @@ def write_splits(
     compression_level: int = 1,
     columnar_dirs: list[str] | None = None,
     required: dict[str, str] | None = None,
+    make_pipeline: Callable[[], Any] | None = None,
 ) -> tuple[list[int], CsvSurvey]:
-    """Reads the CSVs and writes each split's gzipped TFRecord shards; returns counts.
+    """`read_csv_splits`: the rows per split and the survey.
 
     gzip level 1: at the default level compression alone took as long as everything else
-    together here, for files about 15% smaller. With `columnar_dirs` (one per split) the same
-    rows also go to Parquet shards there, in the order of the TFRecord shard of the same number.
-    `required`: columns the header must have (column -> what in the spec names it).
+    together here, for files about 15% smaller. `required`: columns the header must have
+    (column -> what in the spec names it).
     """
-    plan = survey(paths, skip_bad_rows, required)
-    if split_key and split_key not in plan.columns:
-        raise CsvInputError(
-            f"data.split_key: column {split_key!r} is not in {paths[0]} "
-            f"(columns: {', '.join(plan.columns)})"
-        )
-    blocks = (
-        (assign_splits(batch, typed, plan.types, buckets, split_key), records, lists)
-        for batch, typed, lists, records in read_ahead(encode_blocks(paths, plan, skip_bad_rows))
-    )
-    # A gzip file cannot be split, so each is one unit of work for a reader: several shards
-    # let StatisticsGen's (and the Trainer's) readers work in parallel on big inputs.
-    counts = splits.write_blocks(
-        blocks,
+    reading = read_csv_splits(
+        paths,
         split_dirs,
-        shard_count(paths),
-        decoded_schema(plan),
-        columnar_dirs,
+        buckets,
+        split_key,
+        skip_bad_rows,
         compression_level,
+        columnar_dirs,
+        required,
+        make_pipeline,
     )
-    return counts, plan
+    return reading.counts, reading.plan
 
 
 class Executor(base_beam_executor.BaseBeamExecutor):
@@ -416,7 +630,9 @@ class Executor(base_beam_executor.BaseBeamExecutor):
         """
         self._log_startup(input_dict, output_dict, exec_properties)
         output = splits.split_output(output_dict, exec_properties, "the Arrow CSV reader")
-        counts, plan = write_splits(
+        in_process = placement.reads_in_process(self._beam_pipeline_args)
+        logging.info("Arrow CSV reader: %s", placement.describe(self._beam_pipeline_args))
+        reading = read_csv_splits(
             splits.matching_files(output.input_base, output.pattern),
             output.split_dirs,
             output.buckets,
@@ -424,8 +640,14 @@ class Executor(base_beam_executor.BaseBeamExecutor):
             skip_bad_rows=output.options.get(BAD_ROWS_OPTION) == "skip",
             columnar_dirs=output.columnar_dirs,
             required=output.options.get(REQUIRED_COLUMNS_OPTION) or None,
+            make_pipeline=None if in_process else self._make_beam_pipeline,
         )
-        for problem in plan.skipped:
+        logging.info(
+            "read %d work units in %d processes",
+            len(reading.units),
+            len({report.process for report in reading.units}),
+        )
+        for problem in reading.plan.skipped:
             logging.warning("skipped a malformed row: %s", problem)
-        output.examples.set_int_custom_property(SKIPPED_ROWS_PROPERTY, len(plan.skipped))
-        output.publish(counts)
+        output.examples.set_int_custom_property(SKIPPED_ROWS_PROPERTY, len(reading.plan.skipped))
+        output.publish(reading.counts)

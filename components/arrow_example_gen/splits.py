@@ -67,6 +67,8 @@ def write_blocks(
     schema: pa.Schema,
     columnar_dirs: list[str] | None = None,
     compression_level: int = 1,
+    shard_number: int = 0,
+    shard_total: int | None = None,
 ) -> list[int]:
     """Writes each block's tf.Examples to gzipped TFRecord shards per split; returns rows per
     split.
@@ -75,19 +77,25 @@ def write_blocks(
     lists). Block n goes whole to shard n % `shards` of every split: deterministic for the same
     input. With `columnar_dirs` (one per split) the same rows also go, as `schema` (tfx_bsl's
     decoded layout), to the Parquet shard of the same number there, one row group per block.
+    A writer of part of the input (one work unit of the Arrow CSV reader) writes its `shards`
+    as numbers `shard_number`... of `shard_total` (default: its own shards only).
     """
     import pyarrow.parquet as pq
     import tensorflow as tf
 
     options = tf.io.TFRecordOptions(compression_type="GZIP", compression_level=compression_level)
     counts = [0] * len(split_dirs)
+    total = shard_total or shards
     writers, parquet_writers = [], []
     for directory in split_dirs:
         os.makedirs(directory, exist_ok=True)
         writers.append(
             [
                 tf.io.TFRecordWriter(
-                    os.path.join(directory, f"{FILE_PREFIX}-{i:05d}-of-{shards:05d}.gz"), options
+                    os.path.join(
+                        directory, f"{FILE_PREFIX}-{shard_number + i:05d}-of-{total:05d}.gz"
+                    ),
+                    options,
                 )
                 for i in range(shards)
             ]
@@ -97,7 +105,10 @@ def write_blocks(
         parquet_writers.append(
             [
                 pq.ParquetWriter(
-                    os.path.join(directory, f"{COLUMNAR_PREFIX}-{i:05d}-of-{shards:05d}.parquet"),
+                    os.path.join(
+                        directory,
+                        f"{COLUMNAR_PREFIX}-{shard_number + i:05d}-of-{total:05d}.parquet",
+                    ),
                     schema,
                     compression="snappy",
                 )
