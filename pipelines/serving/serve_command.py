@@ -8,6 +8,11 @@ from __future__ import annotations
 import argparse
 import sys
 
+from pipelines.serving.runtime.process_options import (
+    add_process_options,
+    process_options_problem,
+)
+
 
 def register(sub, add_common_options) -> None:
     """Adds `conveyor serve` to the `conveyor` parser."""
@@ -33,21 +38,7 @@ def register(sub, add_common_options) -> None:
         "--ready-file",
         help='once every model has a warmed version, write {"port": N, "pid": PID} here',
     )
-    p.add_argument(
-        "--workers",
-        type=int,
-        default=1,
-        help="server processes sharing the port, each loading every model (default 1): more "
-        "requests per second on several cores, at the memory of one server per worker",
-    )
-    for pool, what in (("intra", "inside one op"), ("inter", "running independent ops")):
-        p.add_argument(
-            f"--tensorflow-{pool}-op-parallelism",
-            type=int,
-            default=0,
-            dest=f"{pool}_op_threads",
-            help=f"as TF Serving's flag: TensorFlow's threads for {what} (0: TensorFlow's choice)",
-        )
+    add_process_options(p)
     p.set_defaults(func=cmd_serve)
 
 
@@ -65,11 +56,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if args.poll_seconds <= 0:
         print("error: --poll-seconds must be positive", file=sys.stderr)
         return 1
-    if args.workers < 1:
-        print("error: --workers must be at least 1", file=sys.stderr)
-        return 1
-    if args.intra_op_threads < 0 or args.inter_op_threads < 0:
-        print("error: the TensorFlow parallelism flags take 0 (automatic) or more", file=sys.stderr)
+    problem = process_options_problem(args)
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
         return 1
     workdir = default_workdir(args.workdir)
     spec = load_spec(args.pipeline, env=args.env, overrides=args.set, workdir=workdir).spec

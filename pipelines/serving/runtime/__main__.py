@@ -12,6 +12,11 @@ import json
 import sys
 from collections.abc import Sequence
 
+from pipelines.serving.runtime.process_options import (
+    add_process_options,
+    process_options_problem,
+)
+
 
 def build_parser() -> argparse.ArgumentParser:
     """The server's command line."""
@@ -65,22 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
         "loaded (what `conveyor serve` uses; TF Serving has no such flag)",
     )
     parser.set_defaults(version_labels="available")
-    parser.add_argument(
-        "--workers",
-        type=int,
-        default=1,
-        help="server processes sharing the port, each loading every model (default 1): more "
-        "requests per second on several cores, at the memory of one server per worker",
-    )
-    for pool, what in (("intra", "inside one op"), ("inter", "running independent ops")):
-        parser.add_argument(
-            f"--tensorflow-{pool}-op-parallelism",
-            type=int,
-            default=0,
-            dest=f"{pool}_op_threads",
-            help=f"as TF Serving's flag: TensorFlow's threads for {what} (0: TensorFlow's "
-            "choice; 1 and 1 answer small requests fastest on a small machine)",
-        )
+    add_process_options(parser)
     # How a multi-worker server starts each worker: its options as JSON (internal).
     parser.add_argument("--worker-options", help=argparse.SUPPRESS)
     return parser
@@ -99,10 +89,9 @@ def options_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser)
         parser.error("give --model-name with --model-base-path, or --model-config-file")
     if args.poll_seconds <= 0:
         parser.error("--poll-seconds must be positive")
-    if args.workers < 1:
-        parser.error("--workers must be at least 1")
-    if args.intra_op_threads < 0 or args.inter_op_threads < 0:
-        parser.error("the TensorFlow parallelism flags take 0 (automatic) or more threads")
+    problem = process_options_problem(args)
+    if problem:
+        parser.error(problem)
     if not args.monitoring_path.startswith("/"):
         parser.error("--monitoring-path must start with /")
     return ServerOptions(

@@ -1,0 +1,39 @@
+"""The server's process options, shared by `python -m pipelines.serving.runtime` and
+`conveyor serve`: how many worker processes, and TensorFlow's thread pools (TF Serving's flags).
+
+Only argparse here: `conveyor --help` imports this.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+
+def add_process_options(parser: argparse.ArgumentParser) -> None:
+    """Adds `--workers` and the two TensorFlow parallelism flags (dests `workers`,
+    `intra_op_threads`, `inter_op_threads`)."""
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="server processes sharing the port, each loading every model (default 1): more "
+        "requests per second on several cores, at the memory of one server per worker",
+    )
+    for pool, what in (("intra", "inside one op"), ("inter", "running independent ops")):
+        parser.add_argument(
+            f"--tensorflow-{pool}-op-parallelism",
+            type=int,
+            default=0,
+            dest=f"{pool}_op_threads",
+            help=f"as TF Serving's flag: TensorFlow's threads for {what} (0: TensorFlow's "
+            "choice; 1 and 1 answer small requests fastest on a small machine)",
+        )
+
+
+def process_options_problem(args: argparse.Namespace) -> str | None:
+    """What is wrong with the parsed process options, in one line; None when nothing is."""
+    if args.workers < 1:
+        return "--workers must be at least 1"
+    if args.intra_op_threads < 0 or args.inter_op_threads < 0:
+        return "the TensorFlow parallelism flags take 0 (automatic) or more threads"
+    return None
