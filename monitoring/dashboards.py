@@ -65,6 +65,21 @@ def _stat(title: str, targets: list[core.Target], unit: str = "none", **extra) -
     )
 
 
+def _latency_panel(title: str, quantile_query, legend: str) -> core.TimeSeries:
+    """p50 and p99 of a latency histogram in seconds, against the latency budget's line;
+    `quantile_query(q)` is the PromQL of quantile q, `legend` the series' name before `pN`."""
+    return _series(
+        f"{title} p50 and p99 (budget {LATENCY_BUDGET_SECONDS * 1000:.0f} ms)",
+        [
+            _target(quantile_query(q), f"{legend} p{round(q * 100)}", ref)
+            for q, ref in ((0.5, "A"), (0.99, "B"))
+        ],
+        unit="s",
+        thresholds=_threshold(LATENCY_BUDGET_SECONDS),
+        thresholdsStyleMode="line",
+    )
+
+
 def _threshold(value: float) -> list[dict]:
     """Threshold steps: green below `value`, red from it."""
     return [{"color": "green", "value": None}, {"color": "red", "value": value}]
@@ -294,20 +309,13 @@ def serving_dashboard() -> core.Dashboard:
             thresholds=_threshold(ERROR_RATIO_BUDGET),
             thresholdsStyleMode="line",
         ),
-        _series(
-            f"Inference latency p50 and p99 (budget {LATENCY_BUDGET_SECONDS * 1000:.0f} ms)",
-            [
-                _target(
-                    f"histogram_quantile({q}, sum by (model, le) (rate("
-                    f"conveyor_serving_request_latency_seconds_bucket{{{m}, {INFERENCE}}}[5m])))",
-                    f"{{{{model}}}} p{round(q * 100)}",
-                    ref,
-                )
-                for q, ref in ((0.5, "A"), (0.99, "B"))
-            ],
-            unit="s",
-            thresholds=_threshold(LATENCY_BUDGET_SECONDS),
-            thresholdsStyleMode="line",
+        _latency_panel(
+            "Inference latency",
+            lambda q: (
+                f"histogram_quantile({q}, sum by (model, le) (rate("
+                f"conveyor_serving_request_latency_seconds_bucket{{{m}, {INFERENCE}}}[5m])))"
+            ),
+            "{{model}}",
         ),
         _series(
             "Requests per second by version and method",
@@ -392,22 +400,14 @@ def _tf_serving_panels() -> list:
             thresholds=_threshold(ERROR_RATIO_BUDGET),
             thresholdsStyleMode="line",
         ),
-        _series(
-            "TF Serving: inference latency p50 and p99 "
-            f"(budget {LATENCY_BUDGET_SECONDS * 1000:.0f} ms)",
-            [
-                _target(
-                    f"histogram_quantile({q}, sum by (model_name, le) (rate("
-                    f":tensorflow:serving:request_latency_bucket{{{m}, {TF_INFERENCE}}}[5m])))"
-                    f" / {MICROSECONDS:g}",
-                    f"{{{{model_name}}}} p{round(q * 100)}",
-                    ref,
-                )
-                for q, ref in ((0.5, "A"), (0.99, "B"))
-            ],
-            unit="s",
-            thresholds=_threshold(LATENCY_BUDGET_SECONDS),
-            thresholdsStyleMode="line",
+        _latency_panel(
+            "TF Serving: inference latency",
+            lambda q: (
+                f"histogram_quantile({q}, sum by (model_name, le) (rate("
+                f":tensorflow:serving:request_latency_bucket{{{m}, {TF_INFERENCE}}}[5m])))"
+                f" / {MICROSECONDS:g}"
+            ),
+            "{{model_name}}",
         ),
         _series(
             "TF Serving: SavedModel loads per hour by status, and warm-up time p99",
