@@ -19,66 +19,36 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-ENGINES = ("tfma", "vectorized")
 
-
-def night_inputs(workdir: Path, spec):
-    """The latest Evaluator execution's input artifacts (TFX types) and its eval_config."""
-    from ml_metadata.proto import metadata_store_pb2
-    from tfx.types import artifact_utils
-
+def night_inputs(workdir: Path, spec) -> dict[str, list]:
+    """The latest Evaluator execution's input artifacts (TFX types), which must include a
+    baseline model."""
+    from components.evaluator.replay import recorded_inputs
     from pipelines import metadata
     from pipelines.paths import RunPaths
 
     store = metadata.open_store(spec, RunPaths(workdir=workdir, spec=spec).metadata_path)
-    types = {t.id: t for t in store.get_artifact_types()}
-    evaluators = [
-        t for t in store.get_execution_types() if t.name.rsplit(".", 1)[-1] == "Evaluator"
-    ]
-    executions = [e for t in evaluators for e in store.get_executions_by_type(t.name)]
-    if not executions:
-        raise SystemExit(f"{workdir}: no Evaluator execution in its ML Metadata")
-    execution = max(executions, key=lambda e: e.id)
-    inputs: dict[str, list] = {}
-    for event in store.get_events_by_execution_ids([execution.id]):
-        if event.type != metadata_store_pb2.Event.INPUT:
-            continue
-        [artifact] = store.get_artifacts_by_id([event.artifact_id])
-        key = event.path.steps[0].key
-        tfx = artifact_utils.deserialize_artifact(types[artifact.type_id], artifact)
-        inputs.setdefault(key, []).append(tfx)
+    try:
+        inputs = recorded_inputs(store)
+    except ValueError as err:
+        raise SystemExit(f"{workdir}: {err}") from None
     if "baseline_model" not in inputs:
         raise SystemExit(f"{workdir}: the latest Evaluator ran without a baseline model")
-    return inputs, execution
+    return inputs
 
 
 def run_engine(engine: str, inputs, properties, beam_args, out: Path) -> float:
     """Runs the executor of `engine` on `inputs`; returns its seconds."""
-    from tfx.dsl.components.base import base_beam_executor
-    from tfx.types import standard_artifacts
+    from components.evaluator.replay import evaluate
 
-    from components.evaluator.executor import Executor, VectorizedEngineExecutor
-
-    shutil.rmtree(out, ignore_errors=True)
-    evaluation = standard_artifacts.ModelEvaluation()
-    evaluation.uri = str(out / "evaluation")
-    blessing = standard_artifacts.ModelBlessing()
-    blessing.uri = str(out / "blessing")
-    os.makedirs(evaluation.uri)
-    os.makedirs(blessing.uri)
-    context = base_beam_executor.BaseBeamExecutor.Context(
-        beam_pipeline_args=beam_args, tmp_dir=str(out / "tmp"), unique_id=engine
-    )
-    executor = (Executor if engine == "tfma" else VectorizedEngineExecutor)(context)
     start = time.perf_counter()
-    executor.Do(inputs, {"evaluation": [evaluation], "blessing": [blessing]}, properties)
+    evaluate(engine, inputs, properties, beam_args, out)
     return time.perf_counter() - start
 
 
@@ -116,18 +86,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
-    from google.protobuf import json_format
-
+    from components.evaluator.replay import ENGINES, executor_properties
     from pipelines.build.nodes.evaluator import eval_config
     from pipelines.spec.loading import load_spec
 
     spec = load_spec(args.pipeline, env=args.env, workdir=args.workdir).spec
-    inputs, _ = night_inputs(args.workdir, spec)
-    properties = {
-        "eval_config": json_format.MessageToJson(eval_config(spec)),
-        "example_splits": "null",
-        "fairness_indicator_thresholds": "null",
-    }
+    inputs = night_inputs(args.workdir, spec)
+    properties = executor_properties(eval_config(spec))
     beam_args = args.beam_arg or ["--direct_running_mode=in_memory", "--direct_num_workers=1"]
     seconds: dict[str, list[float]] = {engine: [] for engine in ENGINES}
     with tempfile.TemporaryDirectory(prefix="bench-evaluator-") as scratch:

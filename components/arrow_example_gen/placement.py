@@ -12,7 +12,7 @@ Only the standard library here: `conveyor validate` says which a profile gets.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 _DIRECT_RUNNERS = {"direct", "directrunner"}
 UNIT_BYTES = 64 << 20  # input bytes per work unit (and per output shard of every split)
@@ -53,6 +53,38 @@ def describe(beam_args: Sequence[str]) -> str:
     return f"in process up to {UNIT_BYTES >> 20} MiB, beyond as Beam work over {where}'s workers"
 
 
+def resolve_reader(
+    reader: str,
+    bad_rows: str,
+    above_megabytes: float,
+    input_bytes: Callable[[], int] | None = None,
+) -> tuple[str, str]:
+    """Which CSV reader `data.reader` resolves to, and why: the one place that rule lives.
+
+    `auto` takes the Arrow reader when rows are skipped (only it can skip them) or when the input
+    is over `above_megabytes`, else TFX's CsvExampleGen. The build sizes its input through
+    `input_bytes` (called only when the size decides); `conveyor validate`, which reads no input,
+    passes none and gets ("auto", ...) where the size would decide.
+
+    Args:
+      reader: `data.reader` ("auto", "arrow" or "tfx").
+      bad_rows: `data.bad_rows` ("fail" or "skip").
+      above_megabytes: `data.arrow_above_megabytes`.
+      input_bytes: the size of what ExampleGen will read, in bytes, computed on demand.
+
+    Returns:
+      ("arrow" or "tfx" or "auto", the setting that decided it).
+    """
+    if reader in ("tfx", "arrow"):
+        return reader, f"data.reader: {reader}"
+    if bad_rows == "skip":
+        return "arrow", "data.bad_rows: skip needs it"
+    decided_by = f"data.arrow_above_megabytes: {above_megabytes:g}"
+    if input_bytes is None:
+        return "auto", decided_by
+    return ("arrow" if input_bytes() > above_megabytes * (1 << 20) else "tfx"), decided_by
+
+
 def reader_summary(reader: str, bad_rows: str, above_megabytes: float, beam_args: Sequence[str]):
     """Which CSV reader a spec under a profile gets, and why, for `conveyor validate`.
 
@@ -62,11 +94,10 @@ def reader_summary(reader: str, bad_rows: str, above_megabytes: float, beam_args
       above_megabytes: `data.arrow_above_megabytes`.
       beam_args: the profile's `runtime.beam_args`.
     """
+    chosen, why = resolve_reader(reader, bad_rows, above_megabytes)
     arrow = f"Arrow, {describe(beam_args)}"
-    if reader == "tfx":
-        return "TFX's CsvExampleGen (data.reader: tfx)"
-    if reader == "arrow":
-        return f"{arrow} (data.reader: arrow)"
-    if bad_rows == "skip":
-        return f"{arrow} (data.bad_rows: skip needs it)"
+    if chosen == "tfx":
+        return f"TFX's CsvExampleGen ({why})"
+    if chosen == "arrow":
+        return f"{arrow} ({why})"
     return f"auto: TFX's CsvExampleGen up to {above_megabytes:g} MiB of input, then {arrow}"

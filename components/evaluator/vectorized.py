@@ -143,23 +143,21 @@ def confusion_accumulator(combiner, labels: np.ndarray, predictions: np.ndarray)
     fractional = matrices._enable_fractional_labels
     if fractional and ((labels < 0) | (labels > 1)).any():
         raise ValueError("fractional labels must be within [0, 1], as TFMA requires")
-    accumulator = {}
+    # TFMA's own empty entries (its public extract_output on an empty accumulator), so that the
+    # entry type, private to TFMA, is never named here; only the counts are replaced.
+    accumulator = matrices.extract_output({})
     for threshold in matrices._thresholds:
         above = predictions > threshold
         # Fractional labels: label l counts l as a positive and 1 - l as a negative.
         positive = labels if fractional else (labels > threshold).astype(np.float64)
         negative = 1.0 - positive
-        accumulator[threshold] = bcm._ThresholdEntry(
+        accumulator[threshold] = accumulator[threshold]._replace(
             matrix=bcm.Matrix(
                 tp=float(positive[above].sum()),
                 tn=float(negative[~above].sum()),
                 fp=float(negative[above].sum()),
                 fn=float(positive[~above].sum()),
-            ),
-            tp_examples=[],
-            tn_examples=[],
-            fp_examples=[],
-            fn_examples=[],
+            )
         )
     return accumulator
 
@@ -349,6 +347,11 @@ def evaluate(pipeline, file_patterns: list[str], eval_config, model_paths, outpu
     eval_config.json) to `output_path`. `eval_config` has TFMA's defaults applied (TFX's
     executor applies them), and `unsupported(eval_config)` is empty."""
     import tensorflow_model_analysis as tfma
+
+    # TFMA 0.47.1 (pinned in requirements.lock) has no public form of these `mpv._` stages (its
+    # evaluator is one opaque PTransform from extracts); tests/e2e/test_vectorized_evaluator.py
+    # checks every metric, plot, validation and blessing against TFMA's own run, so an upgrade
+    # that changes them fails there.
     from tensorflow_model_analysis.evaluators import metrics_plots_and_validations_evaluator as mpv
     from tensorflow_model_analysis.evaluators import metrics_validator
     from tensorflow_model_analysis.metrics import metric_specs, metric_types

@@ -13,9 +13,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from components.arrow_example_gen.placement import resolve_reader
 from pipelines.paths import RunPaths
 from pipelines.spec.components import Orchestrator, providers_of
-from pipelines.spec.models import BadRows, CsvReader, PipelineSpec
+from pipelines.spec.models import PipelineSpec
 
 
 class BuildError(ValueError):
@@ -116,25 +117,29 @@ def user_code(spec: PipelineSpec, node: str) -> dict[str, str]:
 
 
 def use_arrow_reader(spec: PipelineSpec, input_dir: Path, span: int | None) -> bool:
-    """`data.reader` resolved: `auto` streams with Arrow for big inputs or skipped rows.
+    """`data.reader` resolved for this input, by the rule `conveyor validate` states too
+    (components/arrow_example_gen/placement.resolve_reader).
 
     The input sized is what ExampleGen reads: the files of `span` for a spec with spans (the
     latest span on disk when `span` is None, as ExampleGen then takes the latest), else every
     file directly in `input_dir`.
     """
-    data = spec.data
-    if data.reader is not CsvReader.AUTO:
-        return data.reader is CsvReader.ARROW
-    if data.bad_rows is BadRows.SKIP:
-        return True
-    if data.span_pattern is None:
-        files = [p for p in input_dir.glob("*") if p.is_file()]
-    else:
-        from pipelines.build.spans import available_spans, span_files
 
-        if span is None:
-            on_disk = available_spans(spec, input_dir)
-            span = on_disk[-1] if on_disk else None
-        files = span_files(spec, input_dir, span) if span is not None else []
-    size = sum(p.stat().st_size for p in files)
-    return size > data.arrow_above_megabytes * (1 << 20)
+    def input_bytes() -> int:
+        if spec.data.span_pattern is None:
+            files = [p for p in input_dir.glob("*") if p.is_file()]
+        else:
+            from pipelines.build.spans import available_spans, span_files
+
+            latest = span
+            if latest is None:
+                on_disk = available_spans(spec, input_dir)
+                latest = on_disk[-1] if on_disk else None
+            files = span_files(spec, input_dir, latest) if latest is not None else []
+        return sum(p.stat().st_size for p in files)
+
+    data = spec.data
+    chosen, _ = resolve_reader(
+        data.reader.value, data.bad_rows.value, data.arrow_above_megabytes, input_bytes
+    )
+    return chosen == "arrow"

@@ -46,7 +46,7 @@ WIDE = [
 def nights(tmp_path_factory):
     """Two taxi ci nights: the first pushes a model, the second trains another (fewer steps)
     and evaluates it against the first with TFX's Evaluator."""
-    from tfx.types import artifact_utils
+    from components.evaluator.replay import recorded_inputs
 
     workdir = tmp_path_factory.mktemp("vectorized")
     assert cli.main(["data", "taxi", "--env", "ci", "--workdir", str(workdir)]) == 0
@@ -57,53 +57,31 @@ def nights(tmp_path_factory):
     second = nightly.run(second_spec, workdir, echo=lambda _: None)
     paths = RunPaths(workdir=workdir, spec=loaded.spec)
     store = metadata.open_store(loaded.spec, paths.metadata_path)
-    types = {t.id: t for t in store.get_artifact_types()}
-
-    def tfx(artifact):
-        return artifact_utils.deserialize_artifact(types[artifact.type_id], artifact)
-
+    # What the second night's Evaluator read: its examples, its model and the first night's.
+    inputs = recorded_inputs(store)
     baseline, candidate = sorted(store.get_artifacts_by_type("Model"), key=lambda a: a.id)
-    examples = max(store.get_artifacts_by_type("Examples"), key=lambda a: a.id)
+    assert [inputs["model"][0].id, inputs["baseline_model"][0].id] == [candidate.id, baseline.id]
     [evaluation] = run_artifacts(store, second.run_id, "ModelEvaluation")
     return SimpleNamespace(
         workdir=workdir,
-        inputs={
-            "examples": [tfx(examples)],
-            "model": [tfx(candidate)],
-            "baseline_model": [tfx(baseline)],
-        },
+        inputs=inputs,
         pipeline_engine=metadata.custom_property(evaluation, "conveyor_evaluation_engine"),
     )
 
 
 def _properties(overrides) -> dict:
-    spec = load_spec("taxi", env="ci", overrides=overrides).spec
-    return {
-        "eval_config": json_format.MessageToJson(eval_config(spec)),
-        "example_splits": "null",
-        "fairness_indicator_thresholds": "null",
-    }
+    from components.evaluator.replay import executor_properties
+
+    return executor_properties(eval_config(load_spec("taxi", env="ci", overrides=overrides).spec))
 
 
-def _evaluate(nights, executor_class, properties, name):
-    """Runs `executor_class` as TFX would; returns the evaluation and blessing artifacts."""
-    from tfx.dsl.components.base import base_beam_executor
-    from tfx.types import standard_artifacts
+def _evaluate(nights, engine: str, properties, name):
+    """Runs `engine`'s executor as TFX would; returns the evaluation and blessing artifacts."""
+    from components.evaluator.replay import evaluate
 
-    out = nights.workdir / "evaluations" / name
-    evaluation = standard_artifacts.ModelEvaluation()
-    evaluation.uri = str(out / "evaluation")
-    blessing = standard_artifacts.ModelBlessing()
-    blessing.uri = str(out / "blessing")
-    os.makedirs(evaluation.uri)
-    os.makedirs(blessing.uri)
-    context = base_beam_executor.BaseBeamExecutor.Context(
-        beam_pipeline_args=BEAM_ARGS, tmp_dir=str(out / "tmp"), unique_id=name
+    return evaluate(
+        engine, nights.inputs, properties, BEAM_ARGS, nights.workdir / "evaluations" / name
     )
-    executor_class(context).Do(
-        nights.inputs, {"evaluation": [evaluation], "blessing": [blessing]}, properties
-    )
-    return evaluation, blessing
 
 
 def _close(a, b, where: str) -> None:
@@ -178,12 +156,10 @@ def _assert_same_evaluation(tfma_run, vectorized_run) -> None:
     "overrides, blessed", [([], True), (WIDE, False)], ids=["taxi-spec", "wide-not-blessed"]
 )
 def test_the_vectorized_engine_writes_tfmas_evaluation_and_blessing(nights, overrides, blessed):
-    from components.evaluator.executor import Executor, VectorizedEngineExecutor
-
     properties = _properties(overrides)
     name = "wide" if overrides else "spec"
-    tfma_run = _evaluate(nights, Executor, properties, f"tfma-{name}")
-    vectorized_run = _evaluate(nights, VectorizedEngineExecutor, properties, f"vec-{name}")
+    tfma_run = _evaluate(nights, "tfma", properties, f"tfma-{name}")
+    vectorized_run = _evaluate(nights, "vectorized", properties, f"vec-{name}")
     _assert_same_evaluation(tfma_run, vectorized_run)
     assert tfma_run[1].get_int_custom_property("blessed") == int(blessed)
 

@@ -9,6 +9,7 @@ survives and reports the run FAILED, naming the signal):
   push:renamed       the version is served, ML Metadata has not recorded the push;
   retain:hidden      after the run, an old version is half-retired (renamed, not deleted);
   run:before_finish  the pipeline finished, nothing after it (report, retention, record) ran.
+The last test kills `push:copied` again, in a push that carries `model.tflite` (`push.tflite`).
 
 One working directory, in order. Every run trains a few steps more than the one before, so
 each has a new model to push; thresholds are lowered so that any model may be pushed.
@@ -23,10 +24,12 @@ import pytest
 
 from components.failpoints import ENV as FAILPOINT
 from components.pusher import layout
+from pipelines import metadata
 from pipelines.ops import serving_state
 from pipelines.outcome import EXIT_FAILED
 from pipelines.paths import PROJECT_ROOT, RunPaths
 from pipelines.spec.loading import load_spec
+from pipelines.spec.models import TFLITE_DEFAULT_TOLERANCE, TfLiteQuantization
 
 pytestmark = pytest.mark.e2e
 
@@ -168,3 +171,58 @@ def test_killed_after_the_pipeline_before_its_report_and_record(workdir):
     assert "UNCHANGED" not in again.stdout  # no outcome was recorded: the run goes again
     assert serving.versions() == [5] and serving.in_step()
     assert (serving.paths.runs_dir / "serving_reconcile.jsonl").is_file()
+
+
+TFLITE = ["push.tflite.enabled=true", "push.tflite.quantization=none"]  # float32: tolerance 1e-4
+
+
+def _files_named(base: str, wanted: str) -> list[str]:
+    """Every file called `wanted` under the base path, relative to it (hidden folders too)."""
+    return sorted(
+        os.path.relpath(os.path.join(folder, name), base)
+        for folder, _, files in os.walk(base)
+        for name in files
+        if name == wanted
+    )
+
+
+def test_killed_while_copying_a_version_with_model_tflite_serving_sees_none_of_it(workdir):
+    # TFX and TensorFlow come in here, not when the module is collected.
+    from components.pusher.executor import TFLITE_PROPERTY
+    from components.tflite.artifact import TFLITE_FILE
+    from tests.tflite_check import largest_difference
+
+    serving = Serving(workdir)
+    before, recorded = serving.digests(), serving.recorded()
+    models_config = (serving.paths.serving_config_dir / "models.config").read_bytes()
+    shown_before = _files_named(serving.base, TFLITE_FILE)
+
+    killed = _run(workdir, 25, *TFLITE, failpoint="push:copied")
+
+    _assert_killed(killed, "during pusher")
+    # The staged copy held the flatbuffer beside the SavedModel, out of TF Serving's sight.
+    [staging] = [n for n in serving.leftovers() if n.startswith(layout.INCOMING_PREFIX)]
+    staged = Path(serving.base, staging)
+    assert (staged / "saved_model.pb").is_file() and (staged / TFLITE_FILE).is_file()
+    assert _files_named(serving.base, TFLITE_FILE) == sorted(
+        [*shown_before, f"{staging}/{TFLITE_FILE}"]
+    )
+    assert serving.digests() == before and serving.recorded() == recorded
+    assert (serving.paths.serving_config_dir / "models.config").read_bytes() == models_config
+
+    again = _run(workdir, 25, *TFLITE)
+    new = max(before) + 1
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "removed leftovers .incoming-" in again.stdout
+    assert f"PUSHED: pushed version {new} " in again.stdout, again.stdout
+    assert serving.versions() == [*before, new] and serving.in_step()
+    assert _files_named(serving.base, TFLITE_FILE) == sorted(
+        [*shown_before, f"{new}/{TFLITE_FILE}"]
+    )
+    # The version is whole: its model.tflite answers the penguin rows as its SavedModel does.
+    version = Path(serving.base, str(new))
+    worst, rows = largest_difference(version, workdir / "data" / "penguin" / "penguins.csv")
+    assert rows == 344 and worst <= TFLITE_DEFAULT_TOLERANCE[TfLiteQuantization.NONE]
+    store = metadata.open_store(serving.paths.spec, serving.paths.metadata_path)
+    pushed = max(store.get_artifacts_by_type("PushedModel"), key=lambda a: a.id)
+    assert metadata.custom_property(pushed, TFLITE_PROPERTY) == f"with {TFLITE_FILE}"
