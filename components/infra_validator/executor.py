@@ -6,8 +6,10 @@ In order, the first failure deciding the verdict (its reason recorded on the Inf
 2. the candidate's serving SavedModel (`Format-Serving`, found as TFX's Pusher finds it) is
    staged as version 1 under a temporary base path, and a fresh
    `python -m pipelines.serving.runtime --model-name M --model-base-path P --port 0
-   --ready-file F` is started; it must write its ready file within `start_timeout_seconds`
-   (a server that exits or hangs fails, with the tail of its output);
+   --ready-file F` is started (in a local run, in the spare process started when the run's
+   trainer started, whose imports are done and which has loaded no model: spare.py); it
+   must write its ready file within `start_timeout_seconds` (a server that exits or hangs
+   fails, with the tail of its output);
 3. `GET /v1/models/M` must report version 1 AVAILABLE;
 4. `canary_requests` rows of the evaluation split are each sent in every request format the
    model has: `serving_default` by row (`instances`) and by column (`inputs`), and serialized
@@ -41,6 +43,7 @@ from tfx.types import artifact_utils
 from tfx.utils import io_utils, path_utils
 
 from components.infra_validator import blessing as infra_blessing
+from components.infra_validator import spare
 
 MODEL_NAME_KEY = "model_name"
 LATENCY_BUDGET_KEY = "latency_budget_ms"
@@ -233,13 +236,12 @@ class ModelServer:
 
     @classmethod
     def start(cls, model_name: str, base_path: Path, workdir: Path) -> ModelServer:
-        """Starts a fresh model server for `base_path` on a free port of 127.0.0.1; its output
-        goes to a file in `workdir` (a pipe could fill up and stall it)."""
+        """Starts a fresh model server for `base_path` on a free port of 127.0.0.1, in the
+        run's spare process if it has one (spare.py), else in a new one; its output goes to a
+        file in `workdir` (a pipe could fill up and stall it)."""
         ready_file = workdir / "ready.json"
         log_file = workdir / "server.log"
-        command = [
-            "-m",
-            RUNTIME_MODULE,
+        arguments = [
             "--model-name",
             model_name,
             "--model-base-path",
@@ -251,6 +253,12 @@ class ModelServer:
             "--ready-file",
             str(ready_file),
         ]
+        # A spare the run started early (spare.py) has its imports done already.
+        process = spare.take(arguments, log_file)
+        if process is not None:
+            logging.info("Infra validation: model server started in the spare pid %d", process.pid)
+            return cls(process, ready_file, log_file)
+        command = ["-m", RUNTIME_MODULE, *arguments]
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(
             p for p in (str(PROJECT_ROOT), env.get("PYTHONPATH")) if p

@@ -164,10 +164,14 @@ class UserModuleExecutor(tfx_trainer_executor.GenericExecutor):
         The module is imported here first, so a module that does not import or has no `run_fn`
         (and a run_fn that raises) fails with one paragraph naming trainer.module.
         """
+        from components.trainer.autograph import leave_tf_keras_unconverted
         from components.user_code import UserCodeFailure, entry_point, failure
 
         module = exec_properties[standard_component_specs.RUN_FN_KEY].rpartition(".")[0]
         entry_point("trainer.module", module, "run_fn")
+        # tf-keras' internals as Keras 2's always were: unconverted (the module's own code is
+        # still converted). See components/trainer/autograph.py.
+        leave_tf_keras_unconverted()
         try:
             super().Do(input_dict, output_dict, exec_properties)
         except UserCodeFailure:

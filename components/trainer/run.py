@@ -34,6 +34,7 @@ from absl import logging as absl_logging
 from tensorflow_metadata.proto.v0 import statistics_pb2
 
 from components.trainer import model as model_lib
+from components.trainer.autograph import leave_tf_keras_unconverted
 from components.trainer.features import (
     SUMMARY_FILE,
     UNSEEN_LABELS_FILE,
@@ -371,6 +372,7 @@ def train(
     Raises:
       TrainerConfigError: before any training, when the spec cannot be honoured.
     """
+    leave_tf_keras_unconverted()  # before anything is traced: see components/trainer/autograph.py
     seed = int(trainer.get("seed", 42))
     keras.utils.set_random_seed(seed)
     jit_compile = bool(trainer.get("jit_compile", False))

@@ -47,9 +47,12 @@ GATE_FINDINGS_FILE = "findings.json"
 class _ProgressHandler(logging.Handler):
     """Turns the runner's log lines into one progress line per component."""
 
-    def __init__(self, echo: Callable[[str], None]):
+    def __init__(
+        self, echo: Callable[[str], None], on_execute: Callable[[str], None] | None = None
+    ):
         super().__init__(level=logging.INFO)
         self._echo = echo
+        self._on_execute = on_execute  # called with a node's id when it executes (no cache hit)
         self._node: str | None = None
         self._started = 0.0
         self._state = "executed"
@@ -65,6 +68,8 @@ class _ProgressHandler(logging.Handler):
             self._state = "cached"
         elif template.startswith("Going to run a new execution"):
             self._state = "executed"
+            if self._on_execute and self._node:
+                self._on_execute(self._node)
         elif template == "Component %s is finished." and self._node:
             seconds = time.perf_counter() - self._started
             self.timings[self._node] = (self._state, seconds)
@@ -336,7 +341,7 @@ def execute(
     runtime_parameter_utils.substitute_runtime_parameter(
         ir, {constants.PIPELINE_RUN_ID_PARAMETER_NAME: run_id}
     )
-    progress = _ProgressHandler(echo)
+    progress = _ProgressHandler(echo, _spare_server_starter(ir))
     secrets = run_secrets(spec)
     failure: Exception | None = None
     started = time.perf_counter()
@@ -349,6 +354,8 @@ def execute(
         except Exception as err:  # a component failed: report it, keep the served model as is
             progress.interrupted()
             failure = err
+        finally:
+            _discard_spare_server()
     pipeline_seconds = time.perf_counter() - started
     emit(
         echo,
@@ -366,6 +373,44 @@ def execute(
     complete_result(result, spec, span, run_dir)
     write_summary(run_dir, result)
     return result
+
+
+INFRA_VALIDATOR_TYPE = "components.infra_validator.component.InfraValidator"
+
+
+def _spare_server_starter(ir) -> Callable[[str], None] | None:
+    """What starts the infra validator's spare model server (components/infra_validator/
+    spare.py) when the node that makes the candidate (the producer of the infra validator's
+    `model` input, the trainer) executes, so that the server's imports run beside training
+    rather than at the infra validator; None for a pipeline without an infra validator. A run
+    that stops before training (a data gate that blocks, cache hits throughout) starts none."""
+    producers = {
+        channel.producer_node_query.id
+        for node in ir.nodes
+        if node.pipeline_node.node_info.type.name == INFRA_VALIDATOR_TYPE
+        for channel in node.pipeline_node.inputs.inputs["model"].channels
+    }
+    if not producers:
+        return None
+
+    def start_spare(node_id: str) -> None:
+        if node_id not in producers:
+            return
+        from components.infra_validator import spare
+
+        try:
+            spare.start()  # at most one waits at a time: a second start is a no-op
+        except OSError as err:  # the executor then starts its server itself, as without one
+            logging.getLogger(__name__).warning("no spare model server: %s", err)
+
+    return start_spare
+
+
+def _discard_spare_server() -> None:
+    """Ends a spare model server the run started and did not use."""
+    from components.infra_validator import spare
+
+    spare.discard()
 
 
 def complete_result(result: RunResult, spec: PipelineSpec, span: int | None, run_dir: Path) -> None:

@@ -7,26 +7,31 @@ The executor, run directly on SavedModels written here (real processes on 127.0.
   by another process at all) are not blessed, each with its named reason;
 - a server that is not ready in time is stopped, and one that exits at start is quoted, each
   with the tail of its output in the reason;
-- a model the Evaluator did not bless is not served at all.
+- a model the Evaluator did not bless is not served at all;
+- a spare server process started early (spare.py) serves the candidate and is gone afterwards;
+  a spare that died is passed over (a fresh process serves instead), an unused one discarded.
 Then penguin under the `ci` profile, in one working directory: a run pushes version 1 with an
-InfraBlessing blessed=1 in ML Metadata; a run with `push.latency_budget_ms=0.001` pushes
-nothing, version 1 stays byte for byte, and the reason is in the run's verdict, summary, report
-and ML Metadata.
+InfraBlessing blessed=1 in ML Metadata, served by the spare the run started when its trainer
+node executed; a run with `push.latency_budget_ms=0.001` pushes nothing, version 1 stays byte
+for byte, and the reason is in the run's verdict, summary, report and ML Metadata.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import signal
+import time
 from pathlib import Path
 
 import pytest
 
 from components.infra_validator import executor as infra
+from components.infra_validator import spare
 from components.pusher.layout import model_digest
 from pipelines import metadata
 from pipelines.ops import nightly
-from pipelines.paths import REPORT_FILE, RUN_SUMMARY, RunPaths
+from pipelines.paths import REPORT_FILE, RUN_LOG, RUN_SUMMARY, RunPaths
 from pipelines.spec.loading import load_spec
 from tests.conftest import penguin_ci_run, recording_webhook, run_artifacts
 
@@ -196,6 +201,50 @@ def test_a_sound_model_is_blessed_and_its_server_is_gone(tmp_path, models, examp
     assert _gone(findings["server_pid"])
 
 
+def test_a_spare_started_early_serves_the_candidate_and_is_gone(
+    tmp_path, models, examples_artifact
+):
+    spare.start()  # as a local run does when its trainer executes
+    pid = spare.waiting_pid()
+    output, findings = _validate(tmp_path, models["sound"], examples_artifact)
+    blessed, reason = _verdict(output)
+    assert blessed == 1, reason
+    assert findings["server_pid"] == pid and spare.waiting_pid() is None
+    assert _gone(pid)
+
+
+def test_a_dead_spare_is_passed_over_and_an_unused_one_discarded(
+    tmp_path, models, examples_artifact
+):
+    spare.start()
+    dead = spare.waiting_pid()
+    os.killpg(dead, signal.SIGKILL)
+    _wait_gone(dead)
+    output, findings = _validate(tmp_path, models["sound"], examples_artifact)
+    assert _verdict(output)[0] == 1  # served by a process of its own instead
+    assert findings["server_pid"] != dead and _gone(findings["server_pid"])
+
+    spare.start()
+    unused = spare.waiting_pid()
+    spare.discard()  # the run ended without infra validation
+    assert spare.waiting_pid() is None and _gone(unused)
+
+
+def _wait_gone(pid: int, seconds: float = 10.0) -> None:
+    deadline = time.monotonic() + seconds
+    while Path(f"/proc/{pid}/status").exists() and "Z" not in _state(pid):
+        assert time.monotonic() < deadline, f"process {pid} did not end"
+        time.sleep(0.05)
+
+
+def _state(pid: int) -> str:
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return "gone"
+    return next((line for line in status.splitlines() if line.startswith("State:")), "")
+
+
 @pytest.mark.parametrize(
     ("flaw", "named"),
     [
@@ -276,6 +325,11 @@ def test_a_sound_penguin_model_is_infra_blessed_and_pushed(penguin):
     assert metadata.custom_property(blessing, "blessed") == 1
     assert metadata.custom_property(blessing, "conveyor_reason").startswith("served 120 canary")
     assert [n.state for n in result.nodes if n.node_id == "infra_validator"] == ["executed"]
+    # The server ran in the spare the run started when its trainer executed (spare.py).
+    run_log = (Path(result.run_dir) / RUN_LOG).read_text()
+    assert "Infra validation: model server started in the spare pid" in run_log
+    assert run_log.count("Infra validation: spare model server started") == 1  # one a run
+    assert spare.waiting_pid() is None
 
 
 def test_a_latency_budget_breach_blocks_the_push(penguin):
