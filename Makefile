@@ -28,11 +28,12 @@ help:
 	@echo "make bench           Conveyor vs raw TFX penguin, side by side"
 	@echo "make bench-data      data path vs raw TFX at 150k and 1.5M taxi rows"
 	@echo "make bench-trainer   trainer examples/s: XLA, mirrored, multi-worker (taxi)"
-	@echo "make bench-nightly   one normal taxi night at 100k and 1M rows, per component"
+	@echo "make bench-nightly   one taxi night, Conveyor beside raw TFX, at 100k and 1M rows"
 	@echo "make bench-serving   local model server :predict vs the in-process call (penguin)"
 	@echo "make gpu-check       the gpu profile on penguin and taxi (needs GPUs)"
 	@echo "make lock            re-resolve requirements.in into requirements.lock"
 	@echo "make clean           remove the venv and generated run outputs"
+	@echo "(bench targets pass BENCH_ARGS to their script, e.g. make bench-nightly BENCH_ARGS=\"--rows 10000000 --repeats 1 --no-raw-tfx --no-like-for-like\")"
 
 $(BIN)/python:
 	$(PYTHON) -c 'import sys; assert sys.version_info[:2] == (3, 10), "Python 3.10 is required, got " + sys.version'
@@ -87,20 +88,20 @@ monitoring: setup
 	$(BIN)/python monitoring/dashboards.py
 
 bench: setup
-	$(BIN)/python bench/bench_penguin.py
+	$(BIN)/python bench/bench_penguin.py $(BENCH_ARGS)
 
 bench-data: setup
-	$(BIN)/python bench/bench_datapath.py
+	$(BIN)/python bench/bench_datapath.py $(BENCH_ARGS)
 
 bench-trainer: setup
-	$(BIN)/python bench/bench_trainer.py
+	$(BIN)/python bench/bench_trainer.py $(BENCH_ARGS)
 
 bench-nightly: setup
-	$(BIN)/python bench/bench_nightly.py
+	$(BIN)/python bench/bench_nightly.py $(BENCH_ARGS)
 
 bench-serving: setup
 	scripts/ensure_system_packages.sh wrk
-	$(BIN)/python bench/bench_serving.py
+	$(BIN)/python bench/bench_serving.py $(BENCH_ARGS)
 
 gpu-check: setup
 	$(BIN)/python bench/gpu_check.py
