@@ -13,7 +13,12 @@ with 1 and 8 concurrent clients, it measures latency (p50, p99) and requests per
                 and one of two (`--workers 2`: two processes on one port), each a side of its
                 own (`server` and `server x2`)
 
-and prints the server's figures as ratios to the in-process ones, with the issue's floors: p50 at
+With `--enable-batching` each server runs with TF Serving's server-side batching (the runtime's
+`--enable-batching`, with `--batching-parameters-file` when given, else TF Serving's defaults);
+`--batching off on` measures each server both ways, as sides of their own (`server+b`, `server
+x2+b` for the batching ones).
+
+It prints the server's figures as ratios to the in-process ones, with the issue's floors: p50 at
 batch 1 within 3x the in-process call, and requests/s with 8 clients at least 60% of the
 in-process limit. Each cell is measured `--repeats` times (default 3), the in-process and server
 runs alternating which goes first, and the table shows medians with min-max. The load generator
@@ -26,6 +31,8 @@ directory first (about two minutes).
 
     .venv/bin/python bench/bench_serving.py [--seconds S] [--repeats N] [--workers N [N ...]]
                                             [--server-threads INTRA INTER]
+                                            [--enable-batching | --batching off on]
+                                            [--batching-parameters-file PATH]
                                             [--model-base-path DIR] [--json PATH]
                                             [--out-dir DIR] [--keep]
 
@@ -169,9 +176,10 @@ class InProcess:
         return _drive(clients, seconds, self._signature.prepared_call(self._tensors[batch]))
 
 
-def _side_name(workers: int) -> str:
-    """A server's side in the table: `server` for one worker process, `server xN` for N."""
-    return "server" if workers == 1 else f"server x{workers}"
+def _side_name(workers: int, batching: bool = False) -> str:
+    """A server's side in the table: `server` for one worker process, `server xN` for N;
+    `+b` when it batches."""
+    return ("server" if workers == 1 else f"server x{workers}") + ("+b" if batching else "")
 
 
 class Server:
@@ -179,9 +187,15 @@ class Server:
     on one port), serving the base path on a free port."""
 
     def __init__(
-        self, base_path: Path, out_root: Path, workers: int = 1, threads: tuple[int, int] = (0, 0)
+        self,
+        base_path: Path,
+        out_root: Path,
+        workers: int = 1,
+        threads: tuple[int, int] = (0, 0),
+        batching: list[str] | None = None,
     ):
-        out_root = out_root / f"server-{workers}"
+        """`batching`: the runtime's batching flags (None: no batching)."""
+        out_root = out_root / f"server-{workers}{'-batching' if batching is not None else ''}"
         out_root.mkdir(parents=True, exist_ok=True)
         self._out_root = out_root
         ready = out_root / "ready.json"
@@ -193,6 +207,7 @@ class Server:
             *("--workers", str(workers)),
             *("--tensorflow-intra-op-parallelism", str(threads[0])),
             *("--tensorflow-inter-op-parallelism", str(threads[1])),
+            *(batching or []),
         ]
         env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "TF_USE_LEGACY_KERAS": "1"}
         with open(self.log_path, "wb") as log:
@@ -289,14 +304,14 @@ def _spread(figure: dict, digits: int) -> str:
 
 def _report(result: dict) -> str:
     lines = [
-        f"{'batch':>5} {'clients':>7} | {'side':<10} | {'p50 ms':>20} | {'p99 ms':>20} | "
+        f"{'batch':>5} {'clients':>7} | {'side':<12} | {'p50 ms':>20} | {'p99 ms':>20} | "
         f"{'req/s':>17}",
     ]
     for cell in result["cells"]:
         for side in ("in_process", *cell["servers"]):
             figures = cell[side]
             lines.append(
-                f"{cell['batch']:>5} {cell['clients']:>7} | {side.replace('_', '-'):<10} | "
+                f"{cell['batch']:>5} {cell['clients']:>7} | {side.replace('_', '-'):<12} | "
                 f"{_spread(figures['p50_ms'], 2):>20} | {_spread(figures['p99_ms'], 2):>20} | "
                 f"{_spread(figures['requests_per_s'], 0):>17}"
             )
@@ -304,7 +319,7 @@ def _report(result: dict) -> str:
             ratios = cell["ratios"][side]
             label = "ratio" + side[len("server") :]  # "ratio", "ratio x2"
             lines.append(
-                f"{'':>5} {'':>7} | {label:<10} | {ratios['p50']:>19.2f}x | "
+                f"{'':>5} {'':>7} | {label:<12} | {ratios['p50']:>19.2f}x | "
                 f"{ratios['p99']:>19.2f}x | {ratios['requests_per_s']:>16.2f}x"
             )
     lines.append("")
@@ -368,6 +383,24 @@ def main(argv: list[str] | None = None) -> int:
         help="the servers' TensorFlow thread pools (--tensorflow-intra-op-parallelism and "
         "--tensorflow-inter-op-parallelism; 0 0: TensorFlow's choice, the default)",
     )
+    batching = parser.add_mutually_exclusive_group()
+    batching.add_argument(
+        "--enable-batching",
+        action="store_const",
+        const=["on"],
+        dest="batching",
+        help="the servers batch concurrent requests (the runtime's --enable-batching)",
+    )
+    batching.add_argument(
+        "--batching",
+        nargs="+",
+        choices=("off", "on"),
+        help="measure each server without and/or with batching, e.g. off on (default: off)",
+    )
+    parser.add_argument(
+        "--batching-parameters-file",
+        help="the batching servers' --batching-parameters-file (default: TF Serving's defaults)",
+    )
     parser.add_argument("--model-base-path", help="a penguin model base path to serve")
     parser.add_argument("--json", type=Path, help="also write the figures here")
     parser.add_argument("--out-dir", type=Path, help="work here instead of a temporary folder")
@@ -387,7 +420,20 @@ def main(argv: list[str] | None = None) -> int:
     out_root.mkdir(parents=True, exist_ok=True)
     if min(args.workers) < 1:
         parser.error("--workers must be at least 1")
-    servers = [_side_name(workers) for workers in dict.fromkeys(args.workers)]
+    modes = list(dict.fromkeys(args.batching or ["off"]))
+    batching_flags = ["--enable-batching"]
+    if args.batching_parameters_file:
+        batching_flags += [
+            "--batching-parameters-file",
+            str(Path(args.batching_parameters_file).resolve()),
+        ]
+    print(
+        f"batching: {' and '.join(modes)} {batching_flags[1:] if 'on' in modes else ''}", flush=True
+    )
+    configurations = [
+        (workers, mode == "on") for mode in modes for workers in dict.fromkeys(args.workers)
+    ]
+    servers = [_side_name(workers, batched) for workers, batched in configurations]
     runs: dict[tuple, dict[str, list[dict]]] = {
         (batch, clients): {side: [] for side in ("in_process", *servers)}
         for batch in BATCHES
@@ -398,8 +444,14 @@ def main(argv: list[str] | None = None) -> int:
         base_path = _ensure_model(args, out_root)
         print(f"model: {base_path}", flush=True)
         sides = {"in_process": InProcess(base_path)}
-        for workers, side in zip(dict.fromkeys(args.workers), servers, strict=True):
-            sides[side] = Server(base_path, out_root, workers, tuple(args.server_threads))
+        for (workers, batched), side in zip(configurations, servers, strict=True):
+            sides[side] = Server(
+                base_path,
+                out_root,
+                workers,
+                tuple(args.server_threads),
+                batching_flags if batched else None,
+            )
             started.append(sides[side])
         for server in started:
             server.warm_up()
@@ -413,7 +465,7 @@ def main(argv: list[str] | None = None) -> int:
                     cell[side].append(figures)
                     print(
                         f"run {repeat + 1}: batch {batch:>2}, {clients} client(s), "
-                        f"{side:<10}: p50 {figures['p50_ms']:.2f} ms, "
+                        f"{side:<12}: p50 {figures['p50_ms']:.2f} ms, "
                         f"{figures['requests_per_s']:.0f} req/s",
                         flush=True,
                     )
@@ -446,6 +498,8 @@ def main(argv: list[str] | None = None) -> int:
         "model": str(base_path),
         "load_average_at_end": os.getloadavg(),
         "load_generator": LOAD_GENERATOR,
+        "batching": modes,
+        "batching_parameters_file": args.batching_parameters_file,
         "server_tensorflow_threads": {
             "intra": args.server_threads[0],
             "inter": args.server_threads[1],

@@ -6,6 +6,7 @@ Imports nothing heavy until the command runs: `conveyor --help` stays fast.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 
 from pipelines.serving.runtime.process_options import (
@@ -22,7 +23,9 @@ def register(sub, add_common_options) -> None:
         description="Serves <workdir>/<push.base_dir>/models.config (its versions and labels, "
         "re-read every poll), or the model base path when no models.config was written, with "
         "TF Serving's REST API: /v1/models/NAME[/versions/N|/labels/L][:predict|:classify|"
-        ":regress|/metadata], and Prometheus metrics on push.monitoring_path. Stops on Ctrl-C.",
+        ":regress|/metadata], and Prometheus metrics on push.monitoring_path; with "
+        "push.batching, concurrent requests are batched as TF Serving's --enable_batching "
+        "batches them. Stops on Ctrl-C.",
     )
     p.add_argument("pipeline")
     add_common_options(p)
@@ -49,7 +52,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     models.config TF Serving would refuse, or a port that cannot be opened.
     """
     from pipelines.paths import RunPaths, default_workdir
-    from pipelines.serving.config import MODELS_CONFIG
+    from pipelines.serving.config import MODELS_CONFIG, ServingConfigError, batching_parameters
+    from pipelines.serving.runtime.batching import BatchingOptions
     from pipelines.serving.runtime.server import ServerOptions, run_server
     from pipelines.spec.loading import load_spec
 
@@ -64,6 +68,18 @@ def cmd_serve(args: argparse.Namespace) -> int:
     spec = load_spec(args.pipeline, env=args.env, overrides=args.set, workdir=workdir).spec
     paths = RunPaths(workdir=workdir, spec=spec)
     config_file = paths.serving_config_dir / MODELS_CONFIG
+    batching = None
+    if spec.push.batching is not None:
+        # The parameters the Pusher writes to batching.config for TF Serving, from the spec.
+        try:
+            batching = dataclasses.asdict(
+                BatchingOptions.from_message(
+                    batching_parameters(spec.push.batching), f"{args.pipeline}: push.batching"
+                )
+            )
+        except ServingConfigError as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 1
     common = dict(
         host=args.host,
         port=args.port,
@@ -76,6 +92,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         # The Pusher without push.serving_urls moves labels in the same write that adds their
         # version: this server keeps such a label where it was until the version is loaded.
         version_labels="any",
+        batching=batching,
     )
     if config_file.is_file():
         print(f"serving {config_file} (re-read every {args.poll_seconds:g} s)", flush=True)

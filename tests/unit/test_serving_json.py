@@ -166,3 +166,25 @@ def test_bad_examples_are_refused(doc, message):
     with pytest.raises(ServingError) as raised:
         jt.serialized_examples(doc)
     assert message in raised.value.message
+
+
+def test_answers_written_from_arrays_read_back_as_the_plain_answer():
+    outputs = {
+        "probabilities": np.array([[0.1, 1 / 3, 2e-7], [np.nan, 1.0, 0.0]], np.float32),
+        "class_ids": np.array([[2], [0]], np.int64),
+        "classes": np.array([[b"Gentoo"], [b"Adelie"]], dtype=object),
+    }
+    for request_format in (jt.ROW, jt.COLUMNAR):
+        plain = jt.predict_answer(outputs, request_format)
+        written = jt.dumps(jt.predict_answer(outputs, request_format, arrays=True))
+        assert written == jt.dumps(plain)  # NaN: the json module writes both
+        finite = {**outputs, "probabilities": np.nan_to_num(outputs["probabilities"])}
+        fast = jt.dumps(jt.predict_answer(finite, request_format, arrays=True))
+        assert jt.parse_body(fast) == jt.predict_answer(finite, request_format)
+
+
+def test_bodies_orjson_refuses_are_read_as_the_json_module_reads_them():
+    assert jt.parse_body(b'{"inputs": [NaN, Infinity]}')["inputs"][1] == float("inf")
+    assert jt.parse_body(b'{"inputs": [18446744073709551616]}')["inputs"] == [1 << 64]
+    with pytest.raises(ServingError, match="JSON Parse error: Expecting value at offset: 11"):
+        jt.parse_body(b'{"inputs": }')

@@ -3,6 +3,8 @@ or `conveyor serve`.
 
 - `servable.py`: one loaded version of a SavedModel and its Predict, Classify and Regress calls;
 - `json_tensor.py`: TF Serving's JSON mapping, request bodies to tensors and back;
+- `batching.py`: server-side batching (`--enable-batching`), concurrent calls of a signature
+  merged into one;
 - `repository.py`: the models served, polled from their base paths (or a models.config) and
   swapped atomically;
 - `app.py`: the ASGI application uvicorn serves (REST paths, Prometheus metrics);

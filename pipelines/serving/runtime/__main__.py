@@ -70,6 +70,19 @@ def build_parser() -> argparse.ArgumentParser:
         "loaded (what `conveyor serve` uses; TF Serving has no such flag)",
     )
     parser.set_defaults(version_labels="available")
+    parser.add_argument(
+        "--enable-batching",
+        "--enable_batching",
+        action="store_true",
+        help="as TF Serving's flag: merge concurrent requests to the same signature into one "
+        "call (docs/serving.md, Server-side batching)",
+    )
+    parser.add_argument(
+        "--batching-parameters-file",
+        "--batching_parameters_file",
+        help="as TF Serving's flag: the batching parameters (BatchingParameters, text proto); "
+        "without it, TF Serving's defaults",
+    )
     add_process_options(parser)
     # How a multi-worker server starts each worker: its options as JSON (internal).
     parser.add_argument("--worker-options", help=argparse.SUPPRESS)
@@ -94,6 +107,9 @@ def options_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser)
         parser.error(problem)
     if not args.monitoring_path.startswith("/"):
         parser.error("--monitoring-path must start with /")
+    if args.batching_parameters_file and not args.enable_batching:
+        # TF Serving ignores the file without the flag; saying so beats a silent no-op.
+        parser.error("--batching-parameters-file needs --enable-batching")
     return ServerOptions(
         model_name=args.model_name,
         model_base_path=args.model_base_path,
@@ -107,13 +123,38 @@ def options_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser)
         workers=args.workers,
         intra_op_threads=args.intra_op_threads,
         inter_op_threads=args.inter_op_threads,
+        batching=batching_from_args(args),
     )
+
+
+def batching_from_args(args: argparse.Namespace) -> dict | None:
+    """The batching options (`dataclasses.asdict` of BatchingOptions) the flags ask for; None
+    without `--enable-batching`. A parameters file TF Serving would refuse raises
+    ServingConfigError naming it."""
+    if not args.enable_batching:
+        return None
+    import dataclasses
+
+    from pipelines.serving.runtime.batching import BatchingOptions
+
+    if args.batching_parameters_file:
+        options = BatchingOptions.from_file(args.batching_parameters_file)
+    else:
+        options = BatchingOptions()
+    return dataclasses.asdict(options)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Runs the server; returns 0 when stopped by a signal, 1 for a config it cannot serve."""
     parser = build_parser()
-    options = options_from_args(parser.parse_args(argv), parser)
+    args = parser.parse_args(argv)
+    from pipelines.serving.config import ServingConfigError
+
+    try:
+        options = options_from_args(args, parser)
+    except ServingConfigError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
     from pipelines.serving.runtime.server import run_server
 
     return run_server(options)

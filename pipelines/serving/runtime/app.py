@@ -9,7 +9,9 @@ A request with a small body (under `INLINE_BODY_BYTES`: thousands of rows) is an
 event loop's thread: for it, handing the work to a thread and back costs two thread wake-ups,
 more than its parsing and its signature call together, and TensorFlow releases the GIL while
 it computes, so the loop's thread is the fastest place to run it. A larger body is parsed and
-run in a worker thread, so one big batch does not hold up the requests behind it.
+run in a worker thread, so one big batch does not hold up the requests behind it. With
+server-side batching on (`batching.py`) every POST runs in a worker thread, where it waits for
+its batch while the loop reads the next requests, which may join that batch.
 
 The application is a bare ASGI callable rather than a web framework's router: it has two
 routes, and per request a framework's routing, request objects and dependency handling cost
@@ -32,6 +34,7 @@ from pipelines.serving.runtime.repository import ModelRepository
 
 DEFAULT_MONITORING_PATH = "/monitoring/prometheus/metrics"
 JSON = "application/json"
+JSON_TYPE = JSON.encode()
 
 PREDICTION_PATH = re.compile(
     r"/v1/models/([^/:]+)(?:(?:/versions/(\d+))|(?:/labels/([^/:]+)))?:(classify|regress|predict)",
@@ -51,6 +54,8 @@ class RestHandler:
     def __init__(self, repository: ModelRepository, metrics: ServerMetrics):
         self._repository = repository
         self._metrics = metrics
+        # (method, raw path) -> what `_route` made of it: paths repeat, matching them costs.
+        self._routes: dict[tuple[str, str], tuple | str] = {}
 
     def handle(self, method: str, path: str, body: bytes) -> tuple[int, bytes]:
         """Dispatches as TF Serving's HttpRestApiHandler::ProcessRequest does."""
@@ -75,29 +80,18 @@ class RestHandler:
         return status, payload
 
     def _dispatch(self, method: str, path: str, body: bytes, seen: dict) -> dict:
-        malformed = invalid_argument(f"Malformed request: {method} {path}")
-        if method == "POST":
-            match = PREDICTION_PATH.fullmatch(path)
-            if not match:
-                raise malformed
-            name, version, label, verb = match.groups()
-            verb = verb.lower()
-        elif method == "GET":
-            match = STATUS_PATH.fullmatch(path)
-            if not match:
-                raise malformed
-            name, version, label, subresource = match.groups()
-            verb = "metadata" if subresource else "status"
-        else:
-            raise malformed
+        route = self._routes.get((method, path))
+        if route is None:
+            route = _route(method, path)
+            if len(self._routes) >= ROUTE_CACHE_SIZE:
+                self._routes.clear()  # clients sending ever new paths: start over
+            self._routes[(method, path)] = route
+        if isinstance(route, str):
+            raise invalid_argument(route)
+        name, number, label, verb, problem = route
         seen["method"] = verb
-        name = unquote(name) if name else ""
-        label = unquote(label) if label else None
-        number = None
-        if version:
-            number = int(version)
-            if number > INT64_MAX:
-                raise invalid_argument(f"Failed to convert version: {version} to numeric.")
+        if problem:
+            raise invalid_argument(problem)
         seen["model"] = name
         if verb in ("status", "metadata") and not name:
             raise invalid_argument("Missing model name in request.")
@@ -120,8 +114,38 @@ class RestHandler:
         return servable.regress(doc)
 
 
+def _route(method: str, path: str) -> tuple | str:
+    """(model name, version, label, verb, problem) of a request's method and raw path, matched
+    and decoded as TF Serving does (`problem`: the message for a version too large, else
+    None); for a path that does not match, the "Malformed request" message."""
+    if method == "POST":
+        match = PREDICTION_PATH.fullmatch(path)
+        if match:
+            name, version, label, verb = match.groups()
+            verb = verb.lower()
+    elif method == "GET":
+        match = STATUS_PATH.fullmatch(path)
+        if match:
+            name, version, label, subresource = match.groups()
+            verb = "metadata" if subresource else "status"
+    else:
+        match = None
+    if not match:
+        return f"Malformed request: {method} {path}"
+    number, problem = None, None
+    if version:
+        number = int(version)
+        if number > INT64_MAX:
+            problem = f"Failed to convert version: {version} to numeric."
+    return unquote(name) if name else "", number, unquote(label) if label else None, verb, problem
+
+
+# At most this many routes are remembered (RestHandler._routes).
+ROUTE_CACHE_SIZE = 1024
 # Bodies from this size on are handled in a worker thread (see the module's docstring).
 INLINE_BODY_BYTES = 256 * 1024
+# With batching, requests waiting for their batch each hold a worker thread: room for many.
+BATCHING_WORKER_THREADS = 256
 NOT_FOUND = b'{"detail":"Not Found"}'
 METHOD_NOT_ALLOWED = b'{"detail":"Method Not Allowed"}'
 REST_PREFIX = "/v1/"
@@ -131,15 +155,18 @@ def build_app(
     repository: ModelRepository,
     metrics: ServerMetrics,
     monitoring_path: str = DEFAULT_MONITORING_PATH,
+    batching: bool = False,
 ):
     """The ASGI application: `/v1/...` as TF Serving's REST API (any method: TF Serving
     answers those it does not serve with "Malformed request"), and GET `monitoring_path` with
-    the metrics in Prometheus' text format; any other path is 404."""
+    the metrics in Prometheus' text format; any other path is 404. `batching`: the servables'
+    calls go through a batch scheduler, so every POST is handled in a worker thread."""
     handler = RestHandler(repository, metrics)
-    # Threads for the work of large requests (see the module's docstring).
-    workers = ThreadPoolExecutor(
-        max_workers=min(32, (os.cpu_count() or 1) + 4), thread_name_prefix="rest"
-    )
+    # Threads for the work of large requests, or of every POST with batching (see the
+    # module's docstring).
+    threads = BATCHING_WORKER_THREADS if batching else min(32, (os.cpu_count() or 1) + 4)
+    workers = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="rest")
+    inline_limit = 0 if batching else INLINE_BODY_BYTES
 
     async def app(scope, receive, send) -> None:
         kind = scope["type"]
@@ -152,7 +179,7 @@ def build_app(
         method = scope["method"]
         if path == monitoring_path:
             if method not in ("GET", "HEAD"):
-                await _respond(send, 405, METHOD_NOT_ALLOWED, JSON.encode())
+                await _respond(send, 405, METHOD_NOT_ALLOWED, JSON_TYPE)
                 return
             from prometheus_client import CONTENT_TYPE_LATEST
 
@@ -161,15 +188,15 @@ def build_app(
             body = await _read_body(receive)
             # The path as sent: TF Serving matches before it percent-decodes names and labels.
             raw = scope.get("raw_path") or path.encode()
-            if len(body) < INLINE_BODY_BYTES:
+            if len(body) < inline_limit or method != "POST":
                 status, payload = handler.handle(method, raw.decode("latin-1"), body)
             else:
                 status, payload = await asyncio.get_running_loop().run_in_executor(
                     workers, handler.handle, method, raw.decode("latin-1"), body
                 )
-            await _respond(send, status, payload, JSON.encode())
+            await _respond(send, status, payload, JSON_TYPE)
         else:
-            await _respond(send, 404, NOT_FOUND, JSON.encode())
+            await _respond(send, 404, NOT_FOUND, JSON_TYPE)
 
     return app
 

@@ -5,8 +5,14 @@ into the JSON TF Serving answers with.
 The checks, their order and their messages follow json_tensor.cc, so a request TF Serving
 refuses is refused here with the same words. Two differences remain: JSON syntax errors carry
 Python's parser message instead of rapidjson's (both start "JSON Parse error:"), and numbers are
-written as Python's shortest round-trip form of the float32, where TF Serving writes "%g" or
-"%.9g": the same float32 either way.
+written in the shortest round-trip form of the float32, where TF Serving writes "%g" or "%.9g":
+the same float32 either way.
+
+Bodies are read and answers written with orjson (its C parser and writer cost a fraction of the
+`json` module's per request), and with the `json` module whenever orjson would differ: a body
+orjson refuses (NaN and Infinity, which TF Serving accepts, integers past 64 bits, another
+encoding) is parsed again by `json`, which accepts it or words the error; an answer holding
+NaN or Infinity (orjson writes them as null) is written by `json`.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
+import orjson
 
 from pipelines.serving.runtime.errors import ServingError, invalid_argument
 
@@ -141,14 +148,21 @@ def parse_body(body: bytes) -> dict:
     if not body:
         raise invalid_argument("JSON Parse error: The document is empty")
     try:
-        doc = json.loads(body)
+        doc = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        doc = _parse_with_json(body)  # the same value, or the error as `json` words it
+    if not isinstance(doc, dict):
+        raise _format_error(doc, "Is not object")
+    return doc
+
+
+def _parse_with_json(body: bytes) -> Any:
+    try:
+        return json.loads(body)
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         where = f" at offset: {err.pos}" if isinstance(err, json.JSONDecodeError) else ""
         reason = err.msg if isinstance(err, json.JSONDecodeError) else str(err)
         raise invalid_argument(f"JSON Parse error: {reason}{where}") from None
-    if not isinstance(doc, dict):
-        raise _format_error(doc, "Is not object")
-    return doc
 
 
 def signature_name(doc: Mapping[str, Any]) -> str:
@@ -392,21 +406,19 @@ def _scalar_columns(
     width = len(input_dtypes)
     if width == 1 and BASE64_KEY in input_dtypes:
         return None  # {"b64": ...} is a value, not an object: the general path's business
-    columns: dict[str, list] = {name: [] for name in input_dtypes}
     for element in instances:
         if type(element) is not dict or len(element) != width:
             return None
-        for name, value in element.items():
-            column = columns.get(name)
-            if column is None:
-                return None
-            column.append(value)
     tensors = {}
-    for name, values in columns.items():
-        dtype = input_dtypes[name]
+    for name, dtype in input_dtypes.items():
+        try:
+            values = [element[name] for element in instances]
+        except KeyError:
+            return None  # with as many keys as inputs, an element lacking one has another
         if dtype == DT_STRING:
-            if not all(type(v) is str for v in values):
-                return None
+            for value in values:
+                if type(value) is not str:
+                    return None
             array = np.empty(len(values), dtype=object)
             array[:] = [v.encode("utf-8") for v in values]
             tensors[name] = array
@@ -415,15 +427,17 @@ def _scalar_columns(
         if limits is None:
             return None
         kinds, low, high = limits
+        floats = float in kinds
+        float32 = dtype == DT_FLOAT
         for value in values:
             kind = type(value)
-            if kind not in kinds:
+            if kind is float and floats:
+                # A finite float past float32's range is refused by the general path.
+                if float32 and (value > _FLOAT32_MAX or value < -_FLOAT32_MAX):
+                    if math.isfinite(value):
+                        return None
+            elif kind not in kinds or (kind is int and not low <= value <= high):
                 return None
-            if kind is int and not low <= value <= high:
-                return None
-            if kind is float and dtype == DT_FLOAT and abs(value) > _FLOAT32_MAX:
-                if math.isfinite(value):
-                    return None
         tensors[name] = np.asarray(values, dtype=NUMPY_DTYPES[dtype])
     return tensors
 
@@ -555,17 +569,45 @@ def json_values(name: str, array: np.ndarray) -> Any:
     )
 
 
-def predict_answer(outputs: Mapping[str, np.ndarray], request_format: str) -> dict:
+# Arrays `dumps` writes as they are (orjson's numpy support): the float32 in its shortest
+# round-trip form, as json_values writes it.
+_NATIVE_KINDS = frozenset(
+    np.dtype(t)
+    for t in (
+        np.float32, np.float64, np.int8, np.int16, np.int32, np.int64,
+        np.uint8, np.uint16, np.uint32, np.uint64, np.bool_,
+    )
+)  # fmt: skip
+
+
+def _answer_values(name: str, array: np.ndarray) -> Any:
+    """A tensor's values for an answer `dumps` writes: numeric arrays with finite values as
+    they are (orjson writes them, as json_values would), anything else as json_values."""
+    if (
+        type(array) is np.ndarray
+        and array.dtype in _NATIVE_KINDS
+        and array.ndim
+        and (array.dtype.kind != "f" or np.isfinite(array).all())
+    ):
+        return array
+    return json_values(name, array)
+
+
+def predict_answer(
+    outputs: Mapping[str, np.ndarray], request_format: str, arrays: bool = False
+) -> dict:
     """The :predict answer: `predictions` (row) or `outputs` (columnar), bare for a single
     output tensor, by name for several (MakeRowFormatJsonFromTensors and
-    MakeColumnarFormatJsonFromTensors)."""
+    MakeColumnarFormatJsonFromTensors). `arrays`: numeric values may stay numpy arrays (and
+    their rows numpy scalars), for `dumps` to write; else every value is plain JSON."""
     if not outputs:
         raise invalid_argument("Cannot convert empty tensor map to JSON")
+    values = _answer_values if arrays else json_values
     names = sorted(outputs)
     if request_format == COLUMNAR:
         if len(names) == 1:
-            return {"outputs": json_values(names[0], outputs[names[0]])}
-        return {"outputs": {name: json_values(name, outputs[name]) for name in names}}
+            return {"outputs": values(names[0], outputs[names[0]])}
+        return {"outputs": {name: values(name, outputs[name]) for name in names}}
     batch = 0
     for name in names:
         shape = np.shape(outputs[name])
@@ -578,7 +620,7 @@ def predict_answer(outputs: Mapping[str, np.ndarray], request_format: str) -> di
                 f"Tensor name: {name} has inconsistent batch size: {shape[0]} expecting: {batch}"
             )
         batch = shape[0]
-    columns = {name: json_values(name, outputs[name]) for name in names}
+    columns = {name: values(name, outputs[name]) for name in names}
     if len(names) == 1:
         return {"predictions": columns[names[0]]}
     return {"predictions": [{name: columns[name][i] for name in names} for i in range(batch)]}
@@ -611,8 +653,25 @@ def regress_answer(values: np.ndarray) -> dict:
 
 
 def dumps(answer: Mapping[str, Any]) -> bytes:
-    """An answer's JSON bytes (NaN and Infinity written as TF Serving writes them)."""
-    return json.dumps(answer, allow_nan=True, separators=(",", ":")).encode("utf-8")
+    """An answer's JSON bytes (NaN and Infinity written as TF Serving writes them); numpy
+    arrays and scalars in it (`predict_answer(..., arrays=True)`) are written as json_values
+    writes them."""
+    try:
+        payload = orjson.dumps(answer, option=orjson.OPT_SERIALIZE_NUMPY)
+    except orjson.JSONEncodeError:
+        payload = b"null"  # an integer past 64 bits, say: `json` writes it
+    if b"null" not in payload:
+        return payload
+    # orjson writes NaN and Infinity as null (answers hold no null of their own; a string
+    # holding "null" only costs the slower writer).
+    return json.dumps(answer, allow_nan=True, separators=(",", ":"), default=_plain).encode("utf-8")
+
+
+def _plain(value: Any) -> Any:
+    """A numpy value left in an answer, as plain JSON (json_values' forms)."""
+    if isinstance(value, (np.ndarray, np.generic)):
+        return json_values("", np.asarray(value))
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
 
 
 def error_body(error: ServingError) -> bytes:

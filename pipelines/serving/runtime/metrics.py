@@ -26,6 +26,8 @@ LATENCY_BUCKETS = (
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
 )  # fmt: skip
 LOAD_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
+# Rows or requests in one batched call (--enable-batching).
+BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 
 
 class ServerMetrics:
@@ -38,7 +40,11 @@ class ServerMetrics:
       request's body being read to its answer being ready (histogram);
     - `conveyor_serving_loaded_versions{model}`: versions loaded and available;
     - `conveyor_serving_model_load_seconds{model}`: time to load and warm a version (histogram);
-    - `conveyor_serving_model_load_failures_total{model}`: versions that failed to load.
+    - `conveyor_serving_model_load_failures_total{model}`: versions that failed to load;
+    - with batching on (`--enable-batching`), per signature call made by the batch scheduler:
+      `conveyor_serving_batch_size{model,signature}`, rows after padding (TF Serving's
+      `:tensorflow:serving:batching_session:processed_batch_size`), and
+      `conveyor_serving_batch_requests{model,signature}`, requests merged into it.
     """
 
     def __init__(
@@ -92,6 +98,20 @@ class ServerMetrics:
             ("model",),
             registry=self.registry,
         )
+        self.batch_size = Histogram(
+            "conveyor_serving_batch_size",
+            "Rows in one batched signature call, padding included (--enable-batching).",
+            ("model", "signature"),
+            buckets=BATCH_BUCKETS,
+            registry=self.registry,
+        )
+        self.batch_requests = Histogram(
+            "conveyor_serving_batch_requests",
+            "Requests merged into one batched signature call (--enable-batching).",
+            ("model", "signature"),
+            buckets=BATCH_BUCKETS,
+            registry=self.registry,
+        )
         self._request_children: dict[tuple, tuple] = {}
 
     def observe_request(
@@ -121,6 +141,11 @@ class ServerMetrics:
         if errors is not None:
             errors.inc()
         latency.observe(seconds)
+
+    def observe_batch(self, model: str, signature: str, requests: int, rows: int) -> None:
+        """Records one batched call: `requests` merged, `rows` after padding."""
+        self.batch_size.labels(model, signature).observe(rows)
+        self.batch_requests.labels(model, signature).observe(requests)
 
     def exposition(self) -> bytes:
         """The registry (every worker's values, in multiprocess mode) in Prometheus' text

@@ -29,11 +29,15 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pipelines.serving.config import ServedModel, ServingConfigError
 from pipelines.serving.runtime.errors import CODE_NAMES, invalid_argument, not_found
 from pipelines.serving.runtime.metrics import ServerMetrics
 from pipelines.serving.runtime.servable import LoadError, Servable
+
+if TYPE_CHECKING:
+    from pipelines.serving.runtime.batching import BatchScheduler
 
 log = logging.getLogger("conveyor.serving")
 
@@ -123,7 +127,11 @@ class ModelRepository:
         metrics: ServerMetrics,
         poll_seconds: float = 1.0,
         version_labels: str = LABELS_AVAILABLE,
+        batcher: BatchScheduler | None = None,
     ):
+        """`batcher`: a batching.BatchScheduler every loaded version's calls go through
+        (--enable-batching); None runs each request as a call of its own."""
+        self._batcher = batcher
         if version_labels not in VERSION_LABEL_POLICIES:
             raise ValueError(
                 f"version_labels {version_labels!r} is not one of {VERSION_LABEL_POLICIES}"
@@ -346,7 +354,7 @@ class ModelRepository:
     ) -> Servable | None:
         started = time.monotonic()
         try:
-            servable = Servable.load(name, version, path)
+            servable = Servable.load(name, version, path, self._batcher)
             warmed = servable.warm_up()
         except LoadError as err:
             log.error("serving: %s version %d failed to load: %s", name, version, err)

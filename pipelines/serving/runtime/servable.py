@@ -3,10 +3,12 @@ calls TF Serving makes on them (Predict, Classify, Regress), plus the warm-up it
 version is served.
 
 Every request is one call of the signature with the whole batch, as TF Serving's Predict,
-Classify and Regress make one `Session::Run`. Classify and Regress check the signature as TF
-Serving does with its default flags (`--enable_signature_method_name_check=false`): one input
-named `inputs` fed with serialized tf.Examples, and `classes`/`scores` (classify) or `outputs`
-(regress) to answer with, whatever the signature's method_name.
+Classify and Regress make one `Session::Run` (with server-side batching on, concurrent requests'
+calls are merged by `batching.py`, as TF Serving's batching session merges them). Classify and
+Regress check the signature as TF Serving does with its default flags
+(`--enable_signature_method_name_check=false`): one input named `inputs` fed with serialized
+tf.Examples, and `classes`/`scores` (classify) or `outputs` (regress) to answer with, whatever
+the signature's method_name.
 """
 
 from __future__ import annotations
@@ -47,10 +49,16 @@ class Signature:
     `Session::Run`, without the keyword binding and input-spec matching of the structured call.
     """
 
-    def __init__(self, name: str, definition: Any, function: Any):
+    def __init__(
+        self, name: str, definition: Any, function: Any, model: str = "", batcher: Any = None
+    ):
         import tensorflow as tf
 
         self.name = name
+        self.model = model
+        # A batching.BatchScheduler when the server batches (--enable-batching): `call` then
+        # hands its request to it, to be merged with concurrent ones.
+        self._batcher = batcher
         self.definition = definition  # meta_graph_pb2.SignatureDef
         self.function = function  # the loaded ConcreteFunction
         #: Input name -> TensorFlow DataType number, from the SignatureDef.
@@ -92,7 +100,14 @@ class Signature:
         return self.function.captured_inputs
 
     def call(self, feeds: Mapping[str, Any]) -> dict[str, np.ndarray]:
-        """Runs the signature once on `feeds` (name -> array) and returns its outputs."""
+        """Runs the signature on `feeds` (name -> array) and returns its outputs: one call of
+        its own, or, when the server batches, its rows of a call merged with other requests'."""
+        if self._batcher is not None:
+            return self._batcher.call(self, feeds)
+        return self.call_alone(feeds)
+
+    def call_alone(self, feeds: Mapping[str, Any]) -> dict[str, np.ndarray]:
+        """Runs the signature once on `feeds` and returns its outputs (what a batch runs)."""
         import tensorflow as tf
 
         try:
@@ -185,7 +200,15 @@ class Servable:
     """A loaded version of a model; build one with `Servable.load`. Thread-safe: requests
     call it concurrently, and it stays usable while requests hold it after an unload."""
 
-    def __init__(self, model: str, version: int, path: Path, meta_graph: Any, loaded: Any):
+    def __init__(
+        self,
+        model: str,
+        version: int,
+        path: Path,
+        meta_graph: Any,
+        loaded: Any,
+        batcher: Any = None,
+    ):
         self.model = model
         self.version = version
         self.path = path
@@ -193,15 +216,18 @@ class Servable:
         self._loaded = loaded  # keeps the variables the functions capture alive
         functions = loaded.signatures
         self.signatures = {
-            name: Signature(name, definition, functions[name])
+            name: Signature(name, definition, functions[name], model, batcher)
             for name, definition in meta_graph.signature_def.items()
             if name in functions
         }
         self._metadata: dict | None = None
 
     @classmethod
-    def load(cls, model: str, version: int, path: str | os.PathLike) -> Servable:
-        """Loads the SavedModel of `version` at `path` (raises LoadError naming the cause)."""
+    def load(
+        cls, model: str, version: int, path: str | os.PathLike, batcher: Any = None
+    ) -> Servable:
+        """Loads the SavedModel of `version` at `path` (raises LoadError naming the cause);
+        with `batcher` (a batching.BatchScheduler) its signatures' calls are batched."""
         import tensorflow as tf
 
         path = Path(path)
@@ -210,7 +236,7 @@ class Servable:
             loaded = tf.saved_model.load(str(path), tags=[SERVE_TAG])
         except Exception as err:  # any failure to load is the version's, reported by status
             raise LoadError(f"{path}: {type(err).__name__}: {err}") from err
-        return cls(model, version, path, meta_graph, loaded)
+        return cls(model, version, path, meta_graph, loaded, batcher)
 
     # ------------------------------------------------------------------------------ lookups
 
@@ -230,13 +256,14 @@ class Servable:
     # ------------------------------------------------------------------------------ calls
 
     def predict(self, doc: Mapping[str, Any]) -> dict:
-        """A :predict request body -> TF Serving's answer (one call of the signature)."""
+        """A :predict request body -> TF Serving's answer (one call of the signature), its
+        numeric values left as numpy arrays for `json_tensor.dumps` to write."""
         signature_name = json_tensor.signature_name(doc)
         signature = self.signature(signature_name)
         feeds, request_format = json_tensor.predict_inputs(
             doc, signature.input_dtypes, signature_name
         )
-        return json_tensor.predict_answer(signature.call(feeds), request_format)
+        return json_tensor.predict_answer(signature.call(feeds), request_format, arrays=True)
 
     def classify(self, doc: Mapping[str, Any]) -> dict:
         """A :classify request body -> TF Serving's answer."""

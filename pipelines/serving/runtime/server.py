@@ -51,6 +51,9 @@ class ServerOptions:
     # --tensorflow_inter_op_parallelism: 0 leaves TensorFlow's choice (about one per core).
     intra_op_threads: int = 0
     inter_op_threads: int = 0
+    # Server-side batching (TF Serving's --enable_batching): the batching.BatchingOptions in
+    # force, as a dict (the options travel to workers as JSON); None: one call per request.
+    batching: dict | None = None
 
     def sources(self) -> Callable[[], Sequence[ServedModel]]:
         """What the repository polls: the config file's models, or the one model named."""
@@ -100,8 +103,9 @@ def serve(options: ServerOptions) -> int:
     # A worker's metrics go to the files its parent gathers (prometheus_client's multiprocess
     # mode, switched on by the variable serve_workers sets).
     metrics = ServerMetrics(multiprocess_dir=os.environ.get(MULTIPROC_ENV) if worker else None)
+    batcher = _batch_scheduler(options, metrics)
     repository = ModelRepository(
-        options.sources(), metrics, options.poll_seconds, options.version_labels
+        options.sources(), metrics, options.poll_seconds, options.version_labels, batcher
     )
     # Read the sources once up front: a bad config (or, as in TF Serving, a label on a version
     # not loaded yet without the flag that allows it) is an error before anything listens.
@@ -114,7 +118,7 @@ def serve(options: ServerOptions) -> int:
         listener = _listen(options)
     port = listener.getsockname()[1]
 
-    app = build_app(repository, metrics, options.monitoring_path)
+    app = build_app(repository, metrics, options.monitoring_path, batching=batcher is not None)
     config = uvicorn.Config(
         app,
         log_level="warning",
@@ -154,7 +158,34 @@ def serve(options: ServerOptions) -> int:
         server.run(sockets=[listener])
     finally:
         repository.stop()
+        if batcher is not None:
+            batcher.stop()
     return 0
+
+
+def _batch_scheduler(options: ServerOptions, metrics):
+    """The process's batch scheduler when batching is on (else None), logged once."""
+    if options.batching is None:
+        return None
+    from pipelines.serving.runtime.batching import BatchingOptions, BatchScheduler
+
+    batching = BatchingOptions.from_dict(options.batching)
+    log.info(
+        "batching: max_batch_size %d, batch_timeout_micros %d, max_enqueued_batches %d, "
+        "%d batch thread(s), allowed_batch_sizes %s",
+        batching.max_batch_size,
+        batching.batch_timeout_micros,
+        batching.max_enqueued_batches,
+        batching.threads,
+        list(batching.allowed_batch_sizes) or "any",
+    )
+    return BatchScheduler(
+        batching,
+        run_batch=lambda signature, feeds: signature.call_alone(feeds),
+        observe=lambda signature, requests, rows: metrics.observe_batch(
+            signature.model, signature.name, requests, rows
+        ),
+    )
 
 
 def _listen(options: ServerOptions) -> socket.socket:
