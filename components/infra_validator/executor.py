@@ -66,14 +66,7 @@ PROJECT_ROOT = Path(__file__).resolve().parents[2]
 # Prepended to the server's command: the child asks Linux to SIGKILL it when this process dies
 # (PR_SET_PDEATHSIG survives exec), so a killed run leaves no model server behind.
 _DIE_WITH_PARENT = (
-    "import ctypes, os, signal, sys\n"
-    "try:\n"
-    "    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)\n"
-    "except (OSError, AttributeError):\n"
-    "    pass\n"
-    "if os.getppid() != int(sys.argv[1]):\n"
-    "    sys.exit(1)\n"
-    "os.execv(sys.executable, [sys.executable, *sys.argv[2:]])\n"
+    spare.DIE_WITH_PARENT + "os.execv(sys.executable, [sys.executable, *sys.argv[2:]])\n"
 )
 
 

@@ -35,14 +35,20 @@ RUNTIME_MODULE = "pipelines.serving.runtime"
 # What the spare runs (`python -c SPARE_PROGRAM PARENT_PID`): die with the parent, import what
 # the server imports at its start, wait for one line of JSON ({"argv": [...], "output": path}),
 # point stdout and stderr at the output file, and run the server module as `python -m` does.
-SPARE_PROGRAM = (
-    "import ctypes, json, os, runpy, signal, sys\n"
+# The first lines of a child started with this process's pid as argv[1]: ask Linux to SIGKILL
+# it when this process dies (PR_SET_PDEATHSIG survives exec), and exit at once if the parent is
+# already gone. The executor's fresh server starts with them too.
+DIE_WITH_PARENT = (
+    "import ctypes, os, signal, sys\n"
     "try:\n"
     "    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)\n"
     "except (OSError, AttributeError):\n"
     "    pass\n"
     "if os.getppid() != int(sys.argv[1]):\n"
     "    sys.exit(1)\n"
+)
+SPARE_PROGRAM = DIE_WITH_PARENT + (
+    "import json, runpy\n"
     # Not the runtime's __main__: run_module below runs it afresh, as `python -m` would.
     "import tensorflow, uvicorn\n"
     f"import {RUNTIME_MODULE}.server, {RUNTIME_MODULE}.app\n"

@@ -218,12 +218,7 @@ class BatchScheduler:
             batch = _Batch(0.0)
             batch.tasks.append(task)
             batch.rows = rows
-            try:
-                self._run(signature, batch)
-            finally:
-                with self._lock:
-                    self._running -= 1
-                    self._wake.notify()
+            self._run_and_free_place(signature, batch)
             return task.future.result()
         with self._lock:
             queue = self._queues.get(key)
@@ -265,12 +260,16 @@ class BatchScheduler:
                     self._wake.wait(None if full else self._wait_seconds())
                     taken = self._next_batch()
             signature, batch = taken
-            try:
-                self._run(signature, batch)
-            finally:
-                with self._lock:
-                    self._running -= 1
-                    self._wake.notify()
+            self._run_and_free_place(signature, batch)
+
+    def _run_and_free_place(self, signature: Any, batch: _Batch) -> None:
+        """Runs a batch whose batch-thread place is taken, then frees the place for the next."""
+        try:
+            self._run(signature, batch)
+        finally:
+            with self._lock:
+                self._running -= 1
+                self._wake.notify()
 
     def _next_batch(self) -> tuple[Any, _Batch] | None:
         """The oldest batch that may run now (closed, full, or timed out), taken off its queue;
