@@ -59,11 +59,7 @@ def test_concurrent_calls_are_merged_padded_and_split_back():
         start.wait()
         answers[index] = (feeds["x"], scheduler.call("sig", feeds))
 
-    threads = [threading.Thread(target=send, args=(i,)) for i in range(3)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    _run_together([threading.Thread(target=send, args=(i,)) for i in range(3)])
     scheduler.stop()
     for sent, outputs in answers.values():
         np.testing.assert_array_equal(outputs["y"], sent * 2)
@@ -94,10 +90,14 @@ def test_without_a_timeout_many_callers_each_get_their_own_rows():
             if not np.array_equal(scheduler.call("sig", {"x": x})["y"], x * 2):
                 wrong.append((index, step))
 
-    threads = [threading.Thread(target=caller, args=(i,)) for i in range(12)]
+    _run_together([threading.Thread(target=caller, args=(i,)) for i in range(12)])
+    scheduler.stop()
+    assert wrong == []
+
+
+def _run_together(threads: list[threading.Thread]) -> None:
+    """Starts every thread, then waits for all of them."""
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
-    scheduler.stop()
-    assert wrong == []
