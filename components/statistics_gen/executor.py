@@ -21,16 +21,21 @@ import os
 
 from absl import logging
 from ml_metadata.proto import metadata_store_pb2
+from tensorflow_data_validation.statistics import stats_options
 from tfx.components.statistics_gen import executor as statistics_gen_executor
 from tfx.components.util import examples_utils
 from tfx.proto import example_gen_pb2
 from tfx.types import artifact, artifact_utils, standard_artifacts, standard_component_specs
+from tfx.utils import io_utils, json_utils
 
 from components.arrow_example_gen.splits import COLUMNAR_PROPERTY
 
 # Recorded on the statistics artifact: which payload TFDV read ("parquet copy" or "tf.Example").
 READ_FROM_PROPERTY = "conveyor_statistics_read_from"
 READ_PARQUET, READ_TF_EXAMPLE = "parquet copy", "tf.Example"
+# Recorded on the statistics artifact: how TFDV ran (see in_process.py).
+COMPUTED_BY_PROPERTY = "conveyor_statistics_computed_by"
+COMPUTED_IN_PROCESS, COMPUTED_ON_BEAM = "TFDV in memory", "TFDV on Beam"
 
 
 def columnar_view(examples: artifact.Artifact) -> artifact.Artifact | None:
@@ -60,19 +65,63 @@ def columnar_view(examples: artifact.Artifact) -> artifact.Artifact | None:
 
 
 class Executor(statistics_gen_executor.Executor):
-    """TFX's StatisticsGen executor, given the Parquet view of its examples when there is one."""
+    """TFX's StatisticsGen executor, given the Parquet view of its examples when there is one,
+    and computing small splits in this process when Beam would run here anyway."""
 
     def Do(self, input_dict, output_dict, exec_properties):  # noqa: N802 - TFX's name
-        """Runs TFX's StatisticsGen over the Parquet view of the examples when there is one, else
-        the tf.Examples, and records which it read on the statistics artifact."""
+        """Computes small tf.Example splits in process (in_process.py) when allowed, else runs
+        TFX's StatisticsGen over the Parquet view of the examples when there is one, else the
+        tf.Examples; records what it read and how on the statistics artifact."""
         examples_key = standard_component_specs.EXAMPLES_KEY
-        view = columnar_view(artifact_utils.get_single_instance(input_dict[examples_key]))
-        if view is not None:
-            input_dict = {**input_dict, examples_key: [view]}
-        super().Do(input_dict, output_dict, exec_properties)
+        examples = artifact_utils.get_single_instance(input_dict[examples_key])
         statistics = artifact_utils.get_single_instance(
             output_dict[standard_component_specs.STATISTICS_KEY]
         )
+        view = columnar_view(examples)
+        if view is None and self._computed_in_process(
+            examples, statistics, input_dict, exec_properties
+        ):
+            computed_by = COMPUTED_IN_PROCESS
+        else:
+            if view is not None:
+                input_dict = {**input_dict, examples_key: [view]}
+            super().Do(input_dict, output_dict, exec_properties)
+            computed_by = COMPUTED_ON_BEAM
         statistics.set_string_custom_property(
             READ_FROM_PROPERTY, READ_TF_EXAMPLE if view is None else READ_PARQUET
         )
+        statistics.set_string_custom_property(COMPUTED_BY_PROPERTY, computed_by)
+
+    def _computed_in_process(self, examples, statistics, input_dict, exec_properties) -> bool:
+        """Computes and writes the statistics in process when in_process.py allows it for these
+        examples, options and Beam arguments; False (nothing written) when Beam must."""
+        from components.statistics_gen import in_process
+
+        options_json = exec_properties.get(standard_component_specs.STATS_OPTIONS_JSON_KEY)
+        options = stats_options.StatsOptions.from_json(options_json) if options_json else None
+        options = options or stats_options.StatsOptions()
+        if input_dict.get(standard_component_specs.SCHEMA_KEY):
+            if options.schema is not None:
+                return False  # TFX's executor refuses this, with its own message
+            options.schema = io_utils.SchemaReader().read(
+                io_utils.get_only_uri_in_dir(
+                    artifact_utils.get_single_uri(input_dict[standard_component_specs.SCHEMA_KEY])
+                )
+            )
+        excluded = json_utils.loads(
+            exec_properties.get(standard_component_specs.EXCLUDE_SPLITS_KEY, "null")
+        )
+        splits = [
+            split
+            for split in artifact_utils.decode_split_names(examples.split_names)
+            if split not in (excluded or [])
+        ]
+        refused = in_process.refusal(
+            examples, splits, options, exec_properties, self._beam_pipeline_args
+        )
+        by_split = None if refused or not splits else in_process.compute(examples, splits, options)
+        if by_split is None:
+            logging.info("statistics through Beam: %s", refused or "a split is too large or empty")
+            return False
+        in_process.publish(statistics, examples, by_split, options)
+        return True

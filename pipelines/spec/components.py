@@ -95,7 +95,8 @@ COMPONENT_TYPES: dict[str, ComponentType] = {
         ),
         ComponentType(
             "statistics_gen",
-            "TFDV statistics per split (from the Arrow reader's Parquet copy when there is one).",
+            "TFDV statistics per split (from the Arrow reader's Parquet copy when there is one; "
+            "small splits without a Beam pipeline on the DirectRunner in memory).",
             f"{_NODES}.statistics_gen:build",
             provides=("statistics",),
             needs=("examples",),

@@ -9,7 +9,7 @@ import pytest
 import tensorflow as tf
 from tensorflow_metadata.proto.v0 import statistics_pb2
 
-from components.statistics_gen.executor import READ_FROM_PROPERTY, READ_PARQUET
+from components.statistics_gen.executor import READ_FROM_PROPERTY, READ_PARQUET, READ_TF_EXAMPLE
 from pipelines import cli
 from pipelines.ops import nightly
 from pipelines.paths import RunPaths
@@ -101,5 +101,5 @@ def test_same_statistics(runs, split):
 
 def test_statistics_of_arrow_examples_are_computed_from_the_parquet_copy(runs):
     assert _read_from(runs["arrow"]) == [READ_PARQUET]
-    # TFX's own StatisticsGen runs on TFX's examples: it records nothing of Conveyor's.
-    assert _read_from(runs["tfx"]) == [None]
+    # TFX's CsvExampleGen leaves no Parquet copy: its tf.Examples are read.
+    assert _read_from(runs["tfx"]) == [READ_TF_EXAMPLE]

@@ -6,19 +6,12 @@ from pipelines.build.context import BuildContext
 
 
 def build(ctx: BuildContext, node_id: str) -> None:
-    """Adds the statistics node and publishes its `statistics`: Conveyor's ColumnarStatisticsGen
-    when the Arrow reader left a Parquet copy of the examples (read in place of decoding every
-    tf.Example again), else TFX's StatisticsGen."""
+    """Adds the statistics node and publishes its `statistics`: TFX's StatisticsGen with
+    Conveyor's executor, which reads the Arrow reader's Parquet copy of the examples when there
+    is one (instead of decoding every tf.Example again) and computes small splits without a
+    Beam pipeline (components/statistics_gen)."""
+    from components.statistics_gen.component import StatisticsGen
+
     examples = ctx.need("examples", node_id)
-    if ctx.columnar_examples:
-        # The Arrow reader left a Parquet copy of the examples: read it instead of decoding
-        # every tf.Example again (components/statistics_gen).
-        from components.statistics_gen.component import ColumnarStatisticsGen
-
-        node = ColumnarStatisticsGen(examples=examples)
-    else:
-        from tfx.components import StatisticsGen
-
-        node = StatisticsGen(examples=examples)
-    node = ctx.add(node.with_id(node_id))
+    node = ctx.add(StatisticsGen(examples=examples).with_id(node_id))
     ctx.provide("statistics", node.outputs["statistics"])
