@@ -145,6 +145,10 @@ def make_dataset(
     label_name = features.label.name
     classification = features.label.task == "classification"
 
+    # Conveyor's own parsing and preprocessing, written for graph mode (no Python branch on a
+    # tensor): AutoGraph's rewrite of it through `ast` would only cost time. A team's network
+    # is not called here.
+    @tf.autograph.experimental.do_not_convert
     def to_training_triple(serialized: tf.Tensor):
         parsed = model_lib.parse_examples(serialized, features, with_label=True)
         target = preprocessor.encode_label(parsed.pop(label_name))
@@ -193,6 +197,7 @@ def count_unseen_labels(
     string_label = label.dtype is DType.STRING
     missing_value = model_lib.MISSING_STRING if string_label else model_lib.MISSING_INT
 
+    @tf.autograph.experimental.do_not_convert  # graph-mode code: see make_dataset
     def label_and_class(serialized: tf.Tensor):
         raw = model_lib.parse_examples(serialized, only_label, with_label=True)[label.name]
         return raw, preprocessor.encode_label(raw)
