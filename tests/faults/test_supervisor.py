@@ -224,12 +224,17 @@ def test_conveyor_run_stopped_by_sigterm_ends_failed_and_alerts(tmp_path, webhoo
     seen = []
     for line in run.stdout:
         seen.append(line)
-        if line.strip().startswith("statistics_gen"):  # a component has finished
-            run.send_signal(signal.SIGTERM)  # to `conveyor` itself, as a scheduler would
+        if line.strip().startswith("data_gate"):  # the trainer, and its spare server, start
             break
+    # The kill lands while the infra validator's spare server waits (it starts with the
+    # trainer): it must not outlive the run (Linux kills it when the run's process dies, and it
+    # ends by itself when its stdin closes).
+    spare = _wait_for_spare_server(run)
+    run.send_signal(signal.SIGTERM)  # to `conveyor` itself, as a scheduler would
     out = "".join(seen) + run.stdout.read()
     err = run.stderr.read()
     assert run.wait(timeout=120) == EXIT_FAILED, out + err
+    assert _gone(spare), f"the spare model server {spare} outlived the run"
 
     verdict = next(line for line in out.splitlines() if line.startswith("FAILED: "))
     assert verdict.startswith("FAILED: the run was killed by SIGTERM "), out
@@ -237,7 +242,7 @@ def test_conveyor_run_stopped_by_sigterm_ends_failed_and_alerts(tmp_path, webhoo
     run_dir = Path(next(line for line in out.splitlines() if line.startswith("run record: "))[12:])
     summary = json.loads((run_dir / RUN_SUMMARY).read_text())
     assert summary["outcome"] == "failed" and summary["message"] in verdict
-    assert any(node["node_id"] == "statistics_gen" for node in summary["nodes"])
+    assert any(node["node_id"] == "data_gate" for node in summary["nodes"])
     assert (run_dir / REPORT_FILE).is_file()
     [alert] = alerts
     assert alert["outcome"] == "failed" and alert["run_id"] == run_dir.name
@@ -249,3 +254,47 @@ def test_conveyor_run_stopped_by_sigterm_ends_failed_and_alerts(tmp_path, webhoo
     assert not paths.serving_dir.exists() or not any(paths.serving_dir.iterdir())
     assert not paths.outcome_record(None).exists()
     assert _lock_is_free(paths)
+
+
+def _processes() -> dict[int, tuple[int, str, str]]:
+    """pid -> (parent pid, state, command line) of every process, from /proc."""
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:  # ended while being read
+            continue
+        state, ppid = stat[stat.rindex(")") + 2 :].split()[:2]
+        found[int(entry.name)] = (int(ppid), state, cmdline)
+    return found
+
+
+def _wait_for_spare_server(run: subprocess.Popen, deadline_seconds: float = 180) -> int:
+    """The pid of the spare model server the run under `run` started (spare.SPARE_PROGRAM,
+    whose first argument is the pid of the process that started it, the run's child)."""
+    from components.infra_validator.spare import SPARE_PROGRAM
+
+    marker = SPARE_PROGRAM.splitlines()[-1][:40]
+    deadline = time.monotonic() + deadline_seconds
+    while time.monotonic() < deadline and run.poll() is None:
+        processes = _processes()
+        children = {pid for pid, (ppid, _, _) in processes.items() if ppid == run.pid}
+        for pid, (ppid, _, cmdline) in processes.items():
+            if ppid in children and marker in cmdline:
+                return pid
+        time.sleep(0.2)
+    raise AssertionError(f"no spare model server appeared under the run (pid {run.pid})")
+
+
+def _gone(pid: int, deadline_seconds: float = 30) -> bool:
+    """Whether the process ended (a zombie nobody reaped has ended too) within the deadline."""
+    deadline = time.monotonic() + deadline_seconds
+    while time.monotonic() < deadline:
+        state = _processes().get(pid)
+        if state is None or state[1] in ("Z", "X"):
+            return True
+        time.sleep(0.2)
+    return False
