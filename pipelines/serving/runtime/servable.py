@@ -47,6 +47,16 @@ class Signature:
     its inputs in, their declared shapes, the captured variables) is worked out once here, so a
     request converts its arrays and makes one flat call of the function, as TF Serving makes one
     `Session::Run`, without the keyword binding and input-spec matching of the structured call.
+
+    The flat call runs the function as one `StatefulPartitionedCall` op, which is how a graph
+    calls a function, executed eagerly (`_FunctionOp`). Called the way `tf.function` calls it
+    (`ConcreteFunction._call_flat`), TensorFlow hands the function's kernels to its inter-op
+    thread pool and the caller waits for them: a pool thread that sleeps between requests must
+    be woken for every one (whatever executor the call options name). As an op, the function's
+    kernels run on the calling thread. The first call (the warm-up's) makes both calls and keeps
+    the op only when it answers with the same names, dtypes, shapes and values; a signature it
+    cannot run, or runs differently, keeps the `tf.function` call. A request the op fails is
+    run again by the `tf.function` call, which words the error as before.
     """
 
     def __init__(
@@ -66,6 +76,10 @@ class Signature:
         self._tf_dtypes = {name: tf.as_dtype(dtype) for name, dtype in self.input_dtypes.items()}
         self._flat_inputs = self._flat_input_specs(tf)
         self._captured = self._fixed_captures()
+        # The function as one op (None: the flat call runs it), trusted once the first call
+        # has compared it with the flat call (`_checked`).
+        self._op = _FunctionOp.of(function, self._captured) if self._flat_inputs else None
+        self._checked = False
 
     def _flat_input_specs(self, tf) -> tuple[tuple[str, tuple | None, int], ...] | None:
         """(name, declared shape, DataType number) of each input in the order the function's
@@ -112,10 +126,7 @@ class Signature:
 
         try:
             if self._fits_flat_call(feeds):
-                outputs = self.function._call_flat(
-                    _eager_tensors(feeds, self._flat_inputs),
-                    self._captured if self._captured is not None else self.function.captured_inputs,
-                )
+                outputs = self._call_tensors(_eager_tensors(feeds, self._flat_inputs))
             else:
                 outputs = self.function(
                     **{
@@ -125,7 +136,8 @@ class Signature:
                 )
         except (tf.errors.OpError, TypeError, ValueError) as err:
             raise from_tensorflow(err) from None
-        return {name: tensor.numpy() for name, tensor in outputs.items()}
+        # `_numpy()` is what `numpy()` returns a copy of: the answer only reads the outputs.
+        return {name: tensor._numpy() for name, tensor in outputs.items()}
 
     def prepared_call(self, tensors: Mapping[str, Any]) -> Callable[[], Mapping[str, Any]]:
         """A call of the function on these ready-made tensors (name -> tf.Tensor), returning
@@ -135,8 +147,50 @@ class Signature:
         if not self._fits_flat_call(tensors):
             return lambda: self.function(**tensors)
         flat = [tensors[name] for name, _, _ in self._flat_inputs]
+        if self.runs_as_one_op:
+            op = self._op
+            return lambda: op.call(flat)
         function, captured = self.function, self.function.captured_inputs
         return lambda: function._call_flat(flat, captured)
+
+    def _call_tensors(self, tensors: list) -> Mapping[str, Any]:
+        """The function run on its input tensors (in flat order): output tensors by name."""
+        captured = self._captured if self._captured is not None else self.function.captured_inputs
+        op = self._op  # read once: a concurrent first call may drop it
+        if op is None:
+            return self.function._call_flat(tensors, captured)
+        if not self._checked:
+            return self._first_call(op, tensors, captured)
+        import tensorflow as tf
+
+        try:
+            return op.call(tensors)
+        except tf.errors.OpError:
+            # A failing request (a misshapen batch, say): the flat call words its error, as
+            # before, with the function's node named.
+            return self.function._call_flat(tensors, captured)
+
+    def _first_call(self, op: _FunctionOp, tensors: list, captured: list) -> Mapping[str, Any]:
+        """Makes the flat call and the op call, keeps the op when it answers the same, and
+        returns the flat call's outputs (or raises its error, deciding nothing)."""
+        outputs = self.function._call_flat(tensors, captured)
+        try:
+            refusal = None if _same_outputs(outputs, op.call(tensors)) else "other answers"
+        except Exception as err:  # any refusal of the op keeps the flat call
+            refusal = f"{type(err).__name__}: {(str(err).strip().splitlines() or [''])[0]}"
+        if refusal:
+            log.info("%s %s: called as tf.function calls it (as one op: %s)", self.model,
+                     self.name, refusal)  # fmt: skip
+            self._op = None
+        self._checked = True
+        return outputs
+
+    @property
+    def runs_as_one_op(self) -> bool:
+        """Whether requests run the function as one op on the calling thread (see the class's
+        docstring): False before the first call has compared the two calls, and for a
+        signature that keeps the `tf.function` call."""
+        return self._op is not None and self._checked
 
     def _fits_flat_call(self, values: Mapping[str, Any]) -> bool:
         """Whether `values` (arrays or tensors by name) are exactly the signature's inputs,
@@ -160,21 +214,105 @@ class Signature:
         return True
 
 
+class _FunctionOp:
+    """A loaded function run as one `StatefulPartitionedCall` op (see `Signature`): the op
+    `tf.function` adds to a graph to call a function, with the function's name, its input and
+    output types and the context's configuration as attributes, executed eagerly."""
+
+    def __init__(
+        self, name: str, captured: list, input_types: list, output_types: list, output_names: tuple
+    ):
+        from tensorflow.core.framework import attr_value_pb2
+        from tensorflow.python.eager import context, execute
+
+        # Looked up once: a request pays for the call only.
+        self._execute, self._context = execute.execute, context.context
+        self._captured = list(captured)
+        self._output_names = output_names
+        self._attrs = (
+            "Tin", input_types,
+            "Tout", output_types,
+            "f", attr_value_pb2.NameAttrList(name=name),
+            "config", "",
+            "config_proto", context.context().function_call_options.config_proto_serialized,
+            # The default executor: under the op it too runs the kernels on the calling thread
+            # (as fast as the single-threaded one, measured), and it runs every function.
+            "executor_type", "",
+        )  # fmt: skip
+
+    @classmethod
+    def of(cls, function: Any, captured: list | None) -> _FunctionOp | None:
+        """The op for a loaded ConcreteFunction, or None when it cannot stand in for the flat
+        call: captures read at call time or not plain tensors (a distributed variable's), or
+        outputs other than one flat dict of tensors."""
+        import tensorflow as tf
+        from tensorflow.python.framework import ops
+
+        atomic = getattr(function, "_inference_function", None)
+        structured = getattr(function, "structured_outputs", None)
+        if atomic is None or captured is None or not isinstance(structured, dict):
+            return None
+        if not all(isinstance(capture, ops.EagerTensor) for capture in captured):
+            return None
+        names = tuple(sorted(structured))  # tf.nest flattens a dict in key order
+        if any(not isinstance(structured[name], tf.Tensor | tf.TensorSpec) for name in names):
+            return None
+        outputs = [spec.dtype for spec in atomic.function_type.flat_outputs]
+        if len(outputs) != len(names) or any(d in (tf.resource, tf.variant) for d in outputs):
+            return None
+        definition = atomic.cached_definition.signature
+        inputs = [arg.type for arg in definition.input_arg]
+        name = atomic.name.decode() if isinstance(atomic.name, bytes) else atomic.name
+        return cls(name, captured, inputs, [d.as_datatype_enum for d in outputs], names)
+
+    def call(self, tensors: list) -> dict:
+        """Runs the function on its input tensors: output tensors by name."""
+        outputs = self._execute(
+            "StatefulPartitionedCall",
+            len(self._output_names),
+            tensors + self._captured,
+            self._attrs,
+            self._context(),
+        )
+        return dict(zip(self._output_names, outputs, strict=True))
+
+
+def _same_outputs(expected: Mapping[str, Any], actual: Mapping[str, Any]) -> bool:
+    """Whether two calls' output tensors are the same: names, dtypes, shapes and values (NaN
+    equal to NaN)."""
+    if set(expected) != set(actual):
+        return False
+    for name, tensor in expected.items():
+        left, right = tensor._numpy(), actual[name]._numpy()
+        if not isinstance(left, np.ndarray):
+            left, right = np.asarray(left), np.asarray(right)
+        if left.dtype != right.dtype or left.shape != right.shape:
+            return False
+        if left.dtype.kind in "fc":
+            if not np.array_equal(left, right, equal_nan=True):
+                return False
+        elif not np.array_equal(left, right):
+            return False
+    return True
+
+
 def _eager_tensors(feeds: Mapping[str, Any], specs: tuple) -> list:
     """The arrays of `feeds` as eager tensors of the signature's dtypes, in the flat call's
     order (`specs`: name, shape, DataType number).
 
     This is what `tf.constant(array, dtype)` comes down to in eager mode
-    (`constant_op.convert_to_eager_tensor`), less its Python layers and the defensive copy of
-    the array: the arrays are made for this one request and never written again, so the tensor
-    may share their memory. Conversion and its errors are the same."""
+    (`constant_op.convert_to_eager_tensor`), less its Python layers and two costs that a
+    request's inputs do not need. The arrays are made for this one request and never written
+    again, so the tensor may share their memory. And the tensor is left in host memory (no
+    device named): naming the context's device runs one `_EagerConst` op per input to place
+    (and copy) it there, 5-10 us each on a CPU, while the function call places its inputs
+    itself, on the device its kernels run on, as it does for any host tensor. Conversion and
+    its errors are the same."""
     from tensorflow.python.eager import context
     from tensorflow.python.framework import ops
 
-    current = context.context()
-    current.ensure_initialized()
-    device = current.device_name
-    return [ops.EagerTensor(feeds[name], device, dtype) for name, _, dtype in specs]
+    context.context().ensure_initialized()
+    return [ops.EagerTensor(feeds[name], None, dtype) for name, _, dtype in specs]
 
 
 def _meta_graph(path: Path) -> Any:
