@@ -3,6 +3,7 @@ test module imports it."""
 
 import contextlib
 import json
+import math
 import os
 import shutil
 import threading
@@ -126,3 +127,21 @@ def penguin_ci_run(workdir: Path):
     loaded = load_spec("penguin", env="ci", workdir=workdir)
     result = nightly.run(loaded, workdir, echo=lambda _: None)
     return RunPaths(workdir=workdir, spec=loaded.spec), result
+
+
+def assert_same_up_to_float_sums(found, expected, where: str = "statistics") -> None:
+    """Equal JSON-like values (dicts, lists, scalars, as json_format.MessageToDict gives a
+    proto), except that floats may differ in their last digits: sums added in another order
+    (Beam's batches, several workers) give means and deviations that differ there."""
+    if isinstance(expected, dict):
+        assert sorted(found) == sorted(expected), where
+        for key in expected:
+            assert_same_up_to_float_sums(found[key], expected[key], f"{where}.{key}")
+    elif isinstance(expected, list):
+        assert len(found) == len(expected), where
+        for i, (a, b) in enumerate(zip(found, expected, strict=True)):
+            assert_same_up_to_float_sums(a, b, f"{where}[{i}]")
+    elif isinstance(expected, float) and not math.isnan(expected):
+        assert found == pytest.approx(expected, rel=1e-9, abs=1e-12), where
+    else:
+        assert found == expected, where

@@ -1,7 +1,6 @@
 """The `multiprocess` profile (Beam's DirectRunner, one worker process per core) runs the taxi
 pipeline's data path, and StatisticsGen's statistics are the single-process run's."""
 
-import math
 from pathlib import Path
 
 import pytest
@@ -12,6 +11,7 @@ from pipelines import cli
 from pipelines.ops import nightly
 from pipelines.paths import RunPaths
 from pipelines.spec.loading import SPECS_DIR, load_spec
+from tests.conftest import assert_same_up_to_float_sums
 
 SINGLE_PROCESS = 'runtime.beam_args=["--direct_running_mode=in_memory", "--direct_num_workers=1"]'
 
@@ -41,22 +41,6 @@ def _statistics(workdir: Path, spec) -> dict[str, dict]:
         dataset["features"] = {"/".join(f["path"]["step"]): f for f in dataset["features"]}
         found[path.parent.name] = dataset
     return found
-
-
-def _assert_same(multi, single, where="statistics"):
-    """Equal, except that sums of floats may differ in the last bits (another addition order)."""
-    if isinstance(single, dict):
-        assert sorted(multi) == sorted(single), where
-        for key in single:
-            _assert_same(multi[key], single[key], f"{where}.{key}")
-    elif isinstance(single, list):
-        assert len(multi) == len(single), where
-        for i, (a, b) in enumerate(zip(multi, single, strict=True)):
-            _assert_same(a, b, f"{where}[{i}]")
-    elif isinstance(single, float) and not math.isnan(single):
-        assert multi == pytest.approx(single, rel=1e-9, abs=1e-12), where
-    else:
-        assert multi == single, where
 
 
 @pytest.fixture(scope="module")
@@ -124,4 +108,4 @@ def test_statistics_match_the_single_process_run(runs):
     # string lengths) exactly; means and standard deviations up to the order of addition.
     counts = {split: int(stats["numExamples"]) for split, stats in single.items()}
     assert sum(counts.values()) == 15002  # the whole shipped sample, one night
-    _assert_same(multi, single)
+    assert_same_up_to_float_sums(multi, single)

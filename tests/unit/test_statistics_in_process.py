@@ -21,6 +21,7 @@ from tfx.types import artifact_utils, standard_artifacts, standard_component_spe
 
 from components.statistics_gen import executor, in_process
 from pipelines.datasets import taxi
+from tests.conftest import assert_same_up_to_float_sums
 from tests.unit.test_init_command import penguins_csv
 
 SPLITS = ("train", "eval")
@@ -97,24 +98,9 @@ def properties(statistics) -> dict:
 def assert_same_statistics(found: dict, expected: dict) -> None:
     """Equal statistics but for the last digits of floating-point sums (means, deviations),
     which Beam adds up batch by batch, in another order than one pass over all rows."""
-
-    def same(a, b, where: str) -> None:
-        if isinstance(a, float) or isinstance(b, float):
-            assert math.isclose(a, b, rel_tol=1e-12, abs_tol=1e-12), where
-        elif isinstance(a, dict):
-            assert a.keys() == b.keys(), where
-            for key in a:
-                same(a[key], b[key], f"{where}.{key}")
-        elif isinstance(a, list):
-            assert len(a) == len(b), where
-            for index, (x, y) in enumerate(zip(a, b, strict=True)):
-                same(x, y, f"{where}[{index}]")
-        else:
-            assert a == b, where
-
     assert found.keys() == expected.keys()
     for split in found:
-        same(
+        assert_same_up_to_float_sums(
             json_format.MessageToDict(found[split]),
             json_format.MessageToDict(expected[split]),
             split,
