@@ -16,6 +16,9 @@ driver. On the DirectRunner in memory, where Beam would run the units one after 
 process anyway, the same functions run without it, as they do for an input of one unit: Beam's
 own cost was 0.5 to 1.2 s a run in memory, a fifth or more of this reader's 2.4 to 3.3 s on
 150,000 rows (bench/README.md, 2026-12-01). Either way each split holds the same examples.
+The input is listed, checked and read through Beam's FileSystems (files.py), in process and in
+every worker, and the output written through TensorFlow's: input and pipeline root may be on
+`gs://` or any other filesystem those know.
 
 It keeps TFX's contracts, so every downstream component reads its output unchanged:
 - the same columns, types and values as CsvExampleGen: a column is INT if every non-empty cell
@@ -44,10 +47,10 @@ import bisect
 import hashlib
 import os
 import pickle
+import posixpath
 import queue
-import shutil
-import tempfile
 import threading
+import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -59,7 +62,7 @@ import pyarrow.csv as pacsv
 from absl import logging
 from tfx.dsl.components.base import base_beam_executor
 
-from components.arrow_example_gen import placement, ranges, splits
+from components.arrow_example_gen import files, placement, ranges, splits
 from components.csv_input import checks
 from components.csv_input.checks import CsvInputError
 
@@ -128,13 +131,10 @@ def _open(
     on_invalid,
     threads: bool,
 ):
-    """pyarrow's streaming reader over one piece of a file, parsed with the header's names."""
-    # Mapped, not read: the piece's bytes are handed to the parser without a copy, and the
-    # mapping goes with the reader.
-    source = pa.memory_map(piece.path)
-    source.seek(piece.start)
+    """pyarrow's streaming reader over one piece of a file (on any filesystem Beam knows:
+    files.open_range), parsed with the header's names."""
     return pacsv.open_csv(
-        pa.BufferReader(source.read_buffer(piece.end - piece.start)),
+        files.open_range(piece.path, piece.start, piece.end),
         read_options=pacsv.ReadOptions(
             block_size=BLOCK_BYTES, use_threads=threads, column_names=columns
         ),
@@ -155,7 +155,7 @@ def _refuse(
 ) -> CsvInputError:
     """The error for input this reader's parser refused (`found`, its own words): the check's
     message, which names file and line as TFX's reader would be told (checks.py)."""
-    problem = checks.first_problem(paths, required, skip_bad_rows)
+    problem = checks.first_problem(paths, required, skip_bad_rows, opener=files.open_bytes)
     # The check finding nothing where pyarrow did is a parser difference: say what pyarrow saw.
     return CsvInputError(problem or found)
 
@@ -169,9 +169,9 @@ def check_input(paths: list[str], required: dict[str, str] | None, skip_bad_rows
     """
     if not paths:
         raise CsvInputError("no CSV files to read")
-    columns = checks.check_headers(paths, required)
-    if any(checks.needs_full_check(path) for path in paths):
-        checks.check_inputs(paths, required, skip_bad_rows)
+    columns = checks.check_headers(paths, required, opener=files.open_bytes)
+    if any(checks.needs_full_check(path, opener=files.open_bytes) for path in paths):
+        checks.check_inputs(paths, required, skip_bad_rows, opener=files.open_bytes)
     return columns
 
 
@@ -542,13 +542,15 @@ def _run_beam(
 ) -> tuple[CsvSurvey, list[UnitReport]]:
     """Runs the read as Beam stages and brings the survey and the units' reports back."""
     import apache_beam as beam
+    import tensorflow as tf
 
-    # Where the last stage leaves what the driver needs: beside the output, which every
-    # worker of a distributed runner can reach; removed once read.
-    parent = os.path.dirname(os.path.abspath(targets.split_dirs[0]))
-    os.makedirs(parent, exist_ok=True)
-    handoff = tempfile.mkdtemp(prefix=".conveyor-units-", dir=parent)
-    outcome_path = os.path.join(handoff, "outcome.pickle")
+    # Where the last stage leaves what the driver needs: beside the output (on the pipeline
+    # root's filesystem, through tf.io.gfile as TFX writes there), which every worker of a
+    # distributed runner can reach; removed once read.
+    parent = posixpath.dirname(targets.split_dirs[0].rstrip("/")) or "."
+    handoff = f"{parent}/.conveyor-units-{uuid.uuid4().hex}"
+    tf.io.gfile.makedirs(handoff)
+    outcome_path = f"{handoff}/outcome.pickle"
     try:
         work = (
             pipeline
@@ -572,14 +574,17 @@ def _run_beam(
             | "HandBack" >> beam.Map(_save_outcome, beam.pvalue.AsSingleton(plan), outcome_path)
         )
         pipeline.run().wait_until_finish()
-        with open(outcome_path, "rb") as handle:
+        with tf.io.gfile.GFile(outcome_path, "rb") as handle:
             return pickle.load(handle)
     finally:
-        shutil.rmtree(handoff, ignore_errors=True)
+        if tf.io.gfile.exists(handoff):
+            tf.io.gfile.rmtree(handoff)
 
 
 def _save_outcome(reports: list[UnitReport], plan: CsvSurvey, path: str) -> None:
-    with open(path, "wb") as handle:
+    import tensorflow as tf
+
+    with tf.io.gfile.GFile(path, "wb") as handle:
         pickle.dump((plan, reports), handle)
 
 

@@ -4,7 +4,7 @@ A Beam runner spreads the reader over workers only if the input is cut into piec
 read alone. A CSV file can be cut at a newline that ends a record: in RFC 4180 CSV a position is
 inside a quoted field exactly when an odd number of `"` come before it (a quote in a field is
 written doubled, so escapes come in pairs). `plan_units` scans each file's bytes with numpy (a
-few comparisons per 16 MiB chunk, at memory speed) for such newlines near every multiple of the
+few comparisons per 16 MiB chunk read, at memory speed) for such newlines near every multiple of the
 unit size, counts the lines before each cut (so that a worker names a bad row by its line in the
 file), and groups the pieces into units of about that size: a big file gives several units, many
 small files share one.
@@ -14,15 +14,17 @@ TV`, which every parser here reads as text), counting them says nothing about re
 file is never cut. The header line ends at the first newline outside quotes; every piece starts
 after it and is parsed with the header's names.
 
-No TensorFlow, TFX or Beam here.
+Files are read through Beam's FileSystems (files.py), so an input on any filesystem Beam knows
+is planned the same way. No TensorFlow or TFX here.
 """
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 import numpy as np
+
+from components.arrow_example_gen import files
 
 SCAN_BYTES = 16 << 20  # compared at a time by the scan
 FIRST_SCAN_BYTES = 64 << 10  # the first chunk: the header's end is near, in most files
@@ -62,41 +64,50 @@ class _Scan:
     rfc_quotes: bool = True  # every quote where RFC 4180 puts one, so parity finds records
 
 
-def _misplaced_quotes(data: np.ndarray, quotes: np.ndarray, quotes_before: int) -> bool:
-    """Whether a quote of `quotes` (offsets in `data`, the whole file) is where RFC 4180 has
-    none: one that opens (even count before it) must follow a field edge, the file's start or
-    the quote it escapes; one that closes (odd) must precede a field edge, the file's end or
-    its escaped partner."""
+def _misplaced_quotes(
+    chunk: np.ndarray, quotes: np.ndarray, quotes_before: int, before: int, after: int
+) -> bool:
+    """Whether a quote of `quotes` (offsets in `chunk`) is where RFC 4180 has none: one that
+    opens (even count before it) must follow a field edge, the file's start or the quote it
+    escapes; one that closes (odd) must precede a field edge, the file's end or its escaped
+    partner. `before` and `after` are the bytes around the chunk (a newline at the file's
+    start and end: an edge too)."""
     opening = (quotes_before + np.arange(len(quotes))) % 2 == 0
     opens, closes = quotes[opening], quotes[~opening]
-    before = data[np.maximum(opens - 1, 0)]
-    opens_ok = (opens == 0) | np.isin(before, _FIELD_EDGES) | (before == _QUOTE)
-    after = data[np.minimum(closes + 1, len(data) - 1)]
-    closes_ok = (closes + 1 == len(data)) | np.isin(after, _FIELD_EDGES) | (after == _QUOTE)
+    preceding = np.where(opens > 0, chunk[np.maximum(opens - 1, 0)], before)
+    opens_ok = np.isin(preceding, _FIELD_EDGES) | (preceding == _QUOTE)
+    last = len(chunk) - 1
+    following = np.where(closes < last, chunk[np.minimum(closes + 1, last)], after)
+    closes_ok = np.isin(following, _FIELD_EDGES) | (following == _QUOTE)
     return not (opens_ok.all() and closes_ok.all())
 
 
-def _scan(path: str, wanted: list[int]) -> _Scan:
-    """The first record end at or after each of the sorted offsets `wanted`. Stops early when
-    the cuts are found and no later quote could spoil them (`whole`: the file is read to its
-    end whenever it is to be cut, as a misplaced quote anywhere forbids cutting it)."""
+def _scan(path: str, size: int, wanted: list[int]) -> _Scan:
+    """The first record end at or after each of the sorted offsets `wanted` in the file `path`
+    of `size` bytes, read in chunks through its filesystem (files.py). Stops early when the cuts
+    are found and no later quote could spoil them (`whole`: the file is read to its end whenever
+    it is to be cut, as a misplaced quote anywhere forbids cutting it)."""
     found = _Scan(cuts=[])
-    size = os.path.getsize(path)
     if size == 0:
         return found
-    data = np.memmap(path, dtype=np.uint8, mode="r")
     quotes_seen = lines_seen = 0
     pending = list(wanted)
     whole = len(wanted) > 1  # more than the header's end: the file will be cut
     start, step = 0, FIRST_SCAN_BYTES
-    try:
-        while start < size:
-            chunk = data[start : start + step]
+    before = _NEWLINE  # the byte before the chunk: the file's start counts as a line's end
+    with files.open_bytes(path) as handle:
+        # One byte past each chunk is read with it (whether a quote closes a field may depend
+        # on the byte after it) and starts the next chunk. Read into one buffer, no copies.
+        buffer = bytearray(SCAN_BYTES + 1)
+        view = memoryview(buffer)
+        have = _fill(handle, view[: step + 1])
+        while have:
+            chunk = np.frombuffer(buffer, dtype=np.uint8, count=min(step, have))
+            after = buffer[step] if have > step else _NEWLINE
             is_quote = chunk == _QUOTE
             quote_count = int(np.count_nonzero(is_quote))
             if quote_count and whole:
-                quotes = np.flatnonzero(is_quote) + start
-                if _misplaced_quotes(data, quotes, quotes_seen):
+                if _misplaced_quotes(chunk, np.flatnonzero(is_quote), quotes_seen, before, after):
                     return _Scan(cuts=[], rfc_quotes=False)
             if pending and pending[0] < start + len(chunk):
                 newlines = np.flatnonzero(chunk == _NEWLINE)
@@ -122,21 +133,36 @@ def _scan(path: str, wanted: list[int]) -> _Scan:
             if not pending and not whole:
                 break
             start += len(chunk)
+            before = int(chunk[-1])
+            if have <= step:
+                break  # the file's end
+            buffer[0] = buffer[step]
             step = min(2 * step, SCAN_BYTES)
-    finally:
-        del data  # unmaps the file
+            have = 1 + _fill(handle, view[1 : step + 1])
     return found
 
 
-def file_pieces(path: str, piece_bytes: int) -> list[ByteRange]:
+def _fill(handle, into: memoryview) -> int:
+    """Reads from `handle` until `into` is full or the file ends; returns the bytes read."""
+    filled = 0
+    while filled < len(into):
+        got = handle.readinto(into[filled:])
+        if not got:
+            break
+        filled += got
+    return filled
+
+
+def file_pieces(path: str, piece_bytes: int, size: int | None = None) -> list[ByteRange]:
     """A file's records after its header, as byte ranges of about `piece_bytes` (one range
     when the file is no bigger, or when its quotes forbid cutting it); none when the file has
-    a header only."""
-    size = os.path.getsize(path)
+    a header only. `size`: the file's, in bytes, when a listing gave it already."""
+    if size is None:
+        size = files.size(path)
     wanted = [1] + list(range(piece_bytes, size, piece_bytes))
-    scan = _scan(path, wanted)
+    scan = _scan(path, size, wanted)
     if not scan.rfc_quotes:  # cannot be cut: one piece, and the header's end found alone
-        scan = _scan(path, [1])
+        scan = _scan(path, size, [1])
     if not scan.cuts:  # no newline outside quotes: the header runs to the end of the file
         return []
     (header_end, header_lines), *inner = scan.cuts
@@ -150,14 +176,15 @@ def file_pieces(path: str, piece_bytes: int) -> list[ByteRange]:
     ]
 
 
-def plan_units(paths: list[str], unit_bytes: int) -> list[WorkUnit]:
+def plan_units(paths: list[str], unit_bytes: int, sizes: list[int] | None = None) -> list[WorkUnit]:
     """The input's records as work units of about `unit_bytes` each, in input order: every
-    file cut into pieces of about that size, and consecutive small pieces grouped."""
+    file cut into pieces of about that size, and consecutive small pieces grouped. `sizes`:
+    the files' sizes in bytes, when a listing gave them already."""
     units: list[WorkUnit] = []
     group: list[ByteRange] = []
     grouped = 0
-    for path in paths:
-        for piece in file_pieces(path, unit_bytes):
+    for path, size in zip(paths, sizes or [None] * len(paths), strict=True):
+        for piece in file_pieces(path, unit_bytes, size):
             if group and grouped + piece.end - piece.start > unit_bytes:
                 units.append(WorkUnit(len(units), tuple(group)))
                 group, grouped = [], 0

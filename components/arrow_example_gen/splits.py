@@ -8,7 +8,6 @@ tfx_bsl's decoded layout under `conveyor_columnar/Split-<name>/`, recorded on th
 
 from __future__ import annotations
 
-import glob
 import json
 import os
 from collections.abc import Iterable
@@ -24,6 +23,7 @@ from tfx.proto import example_gen_pb2
 from tfx.types import artifact_utils, standard_component_specs
 from tfx.utils import proto_utils
 
+from components.arrow_example_gen import files
 from components.csv_input.checks import CsvInputError
 
 FILE_PREFIX = "data_tfrecord"  # as TFX's write_split names ExampleGen output
@@ -37,15 +37,17 @@ COLUMNAR_PROPERTY = "conveyor_columnar_split_patterns"
 def matching_files(
     input_base: str, pattern: str, error: type[CsvInputError] = CsvInputError
 ) -> list[str]:
-    """The files matching `pattern` under `input_base`, sorted so every run reads one order.
+    """The files matching `pattern` under `input_base`, sorted so every run reads one order,
+    on any filesystem Beam knows (files.py; `input_base` may be `gs://bucket/dir`).
 
     Raises:
       CsvInputError (`error`): when nothing matches, naming the pattern, before any output is
         written.
     """
-    paths = sorted(p for p in glob.glob(os.path.join(input_base, pattern)) if os.path.isfile(p))
+    full = files.join(input_base, pattern)
+    paths = [path for path, _ in files.match(full)]
     if not paths:
-        raise error(f"no files match {os.path.join(input_base, pattern)}")
+        raise error(f"no files match {full}")
     return paths
 
 
@@ -79,6 +81,9 @@ def write_blocks(
     decoded layout), to the Parquet shard of the same number there, one row group per block.
     A writer of part of the input (one work unit of the Arrow CSV reader) writes its `shards`
     as numbers `shard_number`... of `shard_total` (default: its own shards only).
+
+    Both are written through TensorFlow's filesystems, as TFX writes its artifacts: the
+    pipeline root may be on any of them (`gs://` among them; files.create_output).
     """
     import pyarrow.parquet as pq
     import tensorflow as tf
@@ -88,7 +93,7 @@ def write_blocks(
     total = shard_total or shards
     writers, parquet_writers = [], []
     for directory in split_dirs:
-        os.makedirs(directory, exist_ok=True)
+        tf.io.gfile.makedirs(directory)
         writers.append(
             [
                 tf.io.TFRecordWriter(
@@ -100,20 +105,19 @@ def write_blocks(
                 for i in range(shards)
             ]
         )
+    parquet_files = []  # the writers write to these; closed after them
     for directory in columnar_dirs or []:
-        os.makedirs(directory, exist_ok=True)
+        tf.io.gfile.makedirs(directory)
+        names = [
+            os.path.join(
+                directory, f"{COLUMNAR_PREFIX}-{shard_number + i:05d}-of-{total:05d}.parquet"
+            )
+            for i in range(shards)
+        ]
+        sinks = [files.create_output(name) for name in names]
+        parquet_files += [sink for sink in sinks if not isinstance(sink, str)]
         parquet_writers.append(
-            [
-                pq.ParquetWriter(
-                    os.path.join(
-                        directory,
-                        f"{COLUMNAR_PREFIX}-{shard_number + i:05d}-of-{total:05d}.parquet",
-                    ),
-                    schema,
-                    compression="snappy",
-                )
-                for i in range(shards)
-            ]
+            [pq.ParquetWriter(sink, schema, compression="snappy") for sink in sinks]
         )
     try:
         for block, (split_of_row, records, lists) in enumerate(blocks):
@@ -132,6 +136,8 @@ def write_blocks(
         for split_writers in [*writers, *parquet_writers]:
             for writer in split_writers:
                 writer.close()
+        for handle in parquet_files:
+            handle.close()
     return counts
 
 

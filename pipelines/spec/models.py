@@ -40,6 +40,17 @@ def _without_parent(value: str) -> str:
 
 
 def _relative(value: str, base: str) -> str:
+    uri = re.match(r"^([A-Za-z][A-Za-z0-9+.-]*)://", value)
+    if uri:
+        # Without this the URI would be read as a relative path: `<workdir>/gs:/bucket/...`.
+        raise ValueError(
+            f"a URI ({uri.group(1)}://), not a path relative to the {base}. "
+            "Conveyor finds spans, sizes the input for `data.reader: auto` and fingerprints "
+            "the input files on this machine's filesystem, so input on gs://, s3:// or "
+            "hdfs:// cannot be named in a spec yet (the Arrow CSV reader itself reads any "
+            "filesystem Beam knows); copy the files under the workdir, or mount the bucket "
+            "there (gcsfuse, s3fs) and name the mounted folder (docs/inputs.md)"
+        )
     if value.startswith(("/", "\\")) or re.match(r"^[A-Za-z]:", value):
         raise ValueError(
             f"must be relative to the {base}, not absolute: the spec's files stay in it"

@@ -151,3 +151,62 @@ def test_as_beam_work_bad_rows_get_the_same_verdict_and_nothing_is_written(tmp_p
         f"{path}, line 98: expected 2 fields, found 3: '97,97,x' (data.bad_rows is 'fail')"
     )
     assert sorted(p.name for p in tmp_path.iterdir()) == ["data.csv", "p", "s"]
+
+
+def test_outputs_go_through_tensorflows_filesystems_to_a_pipeline_root_that_is_not_local(
+    tmp_path,
+):
+    """A pipeline root on another filesystem (here TensorFlow's `ram://`; `gs://` on a cloud)
+    gets the same examples, shard by shard, and Parquet copy, byte for byte, as a local one."""
+    path, _ = _quoted_csv(tmp_path)
+    roots = {"local": str(tmp_path / "out"), "ram": f"ram://{tmp_path.name}/out"}
+    for root in roots.values():
+        executor.write_splits(
+            [path],
+            [f"{root}/Split-train", f"{root}/Split-eval"],
+            [2, 3],
+            None,
+            skip_bad_rows=False,
+            columnar_dirs=[f"{root}/columnar/Split-train", f"{root}/columnar/Split-eval"],
+        )
+
+    def written(root: str) -> dict[str, object]:
+        """Each file's bytes; a TFRecord shard's examples in order, canonically serialised (the
+        encoder writes a feature map in an order of its own)."""
+        found: dict[str, object] = {}
+        for folder, _, names in tf.io.gfile.walk(root):
+            for name in names:
+                file = f"{folder}/{name}"
+                if name.endswith(".gz"):
+                    found[file[len(root) :]] = [
+                        tf.train.Example.FromString(r.numpy()).SerializeToString(deterministic=True)
+                        for r in tf.data.TFRecordDataset([file], "GZIP")
+                    ]
+                else:
+                    with tf.io.gfile.GFile(file, "rb") as handle:
+                        found[file[len(root) :]] = handle.read()
+        return found
+
+    local = written(roots["local"])
+    assert sum(name.endswith(".parquet") for name in local) == 2
+    assert sum(name.endswith(".gz") for name in local) == 2
+    assert written(roots["ram"]) == local
+
+
+@pytest.mark.parametrize(("first", "scan"), [(7, 13), (64, 100)])
+def test_cuts_are_right_whatever_the_scan_reads_at_a_time(tmp_path, monkeypatch, first, scan):
+    """The byte scan reads its file in chunks: quotes and newlines on a chunk's edges still
+    cut the file only between records, count its lines, and a misplaced quote there still
+    forbids cutting."""
+    monkeypatch.setattr(ranges, "FIRST_SCAN_BYTES", first)
+    monkeypatch.setattr(ranges, "SCAN_BYTES", scan)
+    path, text = _quoted_csv(tmp_path)
+    header = text.index(b"\n") + 1
+    pieces = [piece for unit in ranges.plan_units([path], 997) for piece in unit.pieces]
+    assert len(pieces) > 5
+    assert b"".join(text[p.start : p.end] for p in pieces) == text[header:]
+    for piece in pieces:
+        assert text[: piece.start].count(b'"') % 2 == 0
+        assert piece.first_line == text[: piece.start].count(b"\n") + 1
+    misplaced = _write(tmp_path, text.decode().replace("\n300,plain,", '\n300,55" TV,'), "b.csv")
+    assert len([p for unit in ranges.plan_units([misplaced], 997) for p in unit.pieces]) == 1

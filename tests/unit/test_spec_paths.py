@@ -33,6 +33,17 @@ def test_a_path_that_leaves_its_folder_is_refused_naming_the_key(key, value, why
     assert str(raised.value) == f"--set {override}: {key}: {why} (got {value!r})."
 
 
+@pytest.mark.parametrize("value", ["gs://bucket/taxi", "s3://bucket/taxi/", "hdfs://nn/taxi"])
+def test_input_on_a_remote_filesystem_is_refused_naming_the_key_and_why(value):
+    # Read as a path it would be `<workdir>/gs:/bucket/taxi`, a folder that does not exist.
+    with pytest.raises(SpecError) as raised:
+        load_spec("taxi", overrides=[f"data.input_dir={value}"])
+    message = str(raised.value)
+    assert message.startswith(f"--set data.input_dir={value}: data.input_dir: a URI (")
+    assert "fingerprints the input files on this machine's filesystem" in message
+    assert "mount the bucket" in message and "\n" not in message
+
+
 def test_paths_that_stay_inside_are_accepted(tmp_path):
     spec = load_spec(
         "taxi",
