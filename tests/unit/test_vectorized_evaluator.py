@@ -67,19 +67,89 @@ def test_batch_accumulators_are_tfmas_example_by_example(fractional):
     }
     for computation in computations:
         combiner = computation.combiner
-        ours = batch_accumulator(combiner, labels, predictions)
-        theirs = _tfma_accumulator(combiner, labels, predictions)
-        assert sorted(ours) == sorted(theirs)
-        for key in theirs:
-            a, b = ours[key], theirs[key]
-            if hasattr(b, "matrix"):
-                assert np.allclose(tuple(a.matrix), tuple(b.matrix), rtol=1e-12, atol=1e-12)
-            else:
-                assert a.bucket_id == b.bucket_id and a.weighted_examples == pytest.approx(
-                    b.weighted_examples, rel=1e-12
-                )
-                assert a.weighted_labels == pytest.approx(b.weighted_labels, rel=1e-12)
-                assert a.weighted_predictions == pytest.approx(b.weighted_predictions, rel=1e-12)
+        _assert_same_accumulator(
+            batch_accumulator(combiner, labels, predictions),
+            _tfma_accumulator(combiner, labels, predictions),
+        )
+
+
+def _assert_same_accumulator(ours, theirs) -> None:
+    assert sorted(ours) == sorted(theirs)
+    for key in theirs:
+        a, b = ours[key], theirs[key]
+        if hasattr(b, "matrix"):
+            assert np.allclose(tuple(a.matrix), tuple(b.matrix), rtol=1e-12, atol=1e-12)
+        else:
+            assert a.bucket_id == b.bucket_id and a.weighted_examples == pytest.approx(
+                b.weighted_examples, rel=1e-12
+            )
+            assert a.weighted_labels == pytest.approx(b.weighted_labels, rel=1e-12)
+            assert a.weighted_predictions == pytest.approx(b.weighted_predictions, rel=1e-12)
+
+
+def test_sums_held_over_batches_are_tfmas_accumulator_of_all_their_examples():
+    """The engine holds one slice's sums over a bundle's batches and hands on TFMA's
+    accumulator once: the sum of the batches' sums must be TFMA's accumulator of their union."""
+    from components.evaluator.vectorized import accumulator_from_sums, batch_sums
+
+    overrides = ["evaluation.metrics=[{name: AUC, lower_bound: 0.5}, {name: BinaryAccuracy}]"]
+    _, computations = _computations(overrides)
+    rng = np.random.default_rng(11)
+    labels = rng.integers(0, 2, 700).astype(np.float64)
+    predictions = rng.random(700).astype(np.float32).astype(np.float64)
+    bounds = [0, 1, 250, 251, 600, 700]  # uneven batches, two of one example
+    for computation in computations:
+        combiner = computation.combiner
+        total = sum(
+            batch_sums(combiner, labels[start:end], predictions[start:end])
+            for start, end in zip(bounds[:-1], bounds[1:], strict=True)
+        )
+        _assert_same_accumulator(
+            accumulator_from_sums(combiner, total),
+            _tfma_accumulator(combiner, labels, predictions),
+        )
+
+
+def test_the_column_parser_reads_the_columns_as_tfxs_decoder_does():
+    """Slicing columns and labels are parsed with TensorFlow's example parser once the first
+    batch has been decoded with TFX's: values and the example of each value must be the same,
+    for every kind of feature, several values, an empty list and a missing feature."""
+    import pyarrow.compute as pc
+    import tensorflow as tf
+    from tfx_bsl.coders import example_coder
+
+    from components.evaluator.vectorized import _parse_columns, _tensorflow_type
+
+    def example(kind=None, hour=None, fare=None):
+        message = tf.train.Example()
+        features = message.features.feature
+        for name, values, field in (
+            ("kind", kind, "bytes_list"),
+            ("hour", hour, "int64_list"),
+            ("fare", fare, "float_list"),
+        ):
+            if values is not None:  # None: the feature is missing; []: an empty list
+                getattr(features[name], field).value.extend(values)
+        return message.SerializeToString()
+
+    records = [
+        example(kind=[b"Cash"], hour=[3], fare=[1.5]),
+        example(kind=[b"Credit Card", b"Cash"], hour=[], fare=[2.25, 0.1]),
+        example(hour=[23], fare=[]),
+        example(kind=[b"Cash"], hour=[0, 7], fare=[1e30]),
+    ]
+    decoded = example_coder.ExamplesToRecordBatchDecoder().DecodeBatch(records)
+    types = {
+        name: _tensorflow_type(decoded.schema.field(name).type.value_type)
+        for name in ("kind", "hour", "fare")
+    }
+    parsed = _parse_columns(types)(tf.constant(records))
+    for name in types:
+        column = decoded.column(decoded.schema.get_field_index(name))
+        values, parents = (t.numpy() for t in parsed[name])
+        expected = pc.list_flatten(column).to_numpy(zero_copy_only=False)
+        assert values.dtype == expected.dtype and values.tolist() == expected.tolist(), name
+        assert parents.tolist() == np.asarray(pc.list_parent_indices(column)).tolist(), name
 
 
 def test_the_taxi_evaluation_is_one_the_engine_computes():
