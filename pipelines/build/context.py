@@ -44,8 +44,6 @@ class BuildContext:
     gates: list[Any] = field(default_factory=list)
     # How each node was built differently for the target (or not at all), by node id.
     notes: dict[str, str] = field(default_factory=dict)
-    # The examples come with the Arrow reader's Parquet copy (see components/statistics_gen).
-    columnar_examples: bool = False
     # Node id -> its outputs by name, for `inputs` that name `node_id.output_name` (a built-in's
     # are the roles it provided; a team's component's, its own output names).
     outputs: dict[str, dict[str, Any]] = field(default_factory=dict)

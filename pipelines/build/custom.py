@@ -51,17 +51,10 @@ def inputs_overlay(ctx: BuildContext, index: int, entry: Any) -> Iterator[None]:
     it, the roles are as before unless the built-in published them itself."""
     overlay = {role: channel_of(ctx, index, entry, ref) for role, ref in entry.inputs.items()}
     before = {role: ctx.channels.get(role) for role in overlay}
-    columnar = ctx.columnar_examples
-    # Examples from elsewhere have no Parquet copy of the reader's: the built-in reads them.
-    elsewhere = "examples" in overlay and overlay["examples"] is not before["examples"]
-    if elsewhere:
-        ctx.columnar_examples = False
     ctx.channels.update(overlay)
     try:
         yield
     finally:
-        if elsewhere:
-            ctx.columnar_examples = columnar
         for role, channel in overlay.items():
             if ctx.channels.get(role) is not channel:
                 continue  # published anew by the built-in
@@ -131,5 +124,3 @@ def build_custom(ctx: BuildContext, index: int, entry: Any) -> None:
     ctx.outputs[entry.id] = dict(node.outputs)
     for role, output in entry.provides.items():
         ctx.provide(role, node.outputs[output])
-        if role == "examples":  # the reader's Parquet copy is of the examples it replaces
-            ctx.columnar_examples = False

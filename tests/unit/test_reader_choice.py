@@ -70,7 +70,7 @@ def test_the_built_example_gen_reads_a_big_night_with_arrow(taxi):
 
     def example_gen(night):
         ctx = build_nodes(taxi.spec, taxi, "local", span(night))
-        return type(ctx.nodes[0]).__name__, ctx.columnar_examples
+        return type(ctx.nodes[0]).__name__
 
-    assert example_gen("2026-11-28") == ("ArrowCsvExampleGen", True)
-    assert example_gen("2026-11-27") == ("CsvExampleGen", False)
+    assert example_gen("2026-11-28") == "ArrowCsvExampleGen"
+    assert example_gen("2026-11-27") == "CsvExampleGen"

@@ -99,7 +99,6 @@ def build(ctx: BuildContext, node_id: str) -> None:
             code_version=code_version(),
             **spanned,
         )
-        ctx.columnar_examples = True
     elif use_arrow_reader(ctx.spec, ctx.paths.input_dir, ctx.span):
         from components.arrow_example_gen.component import ArrowCsvExampleGen
 
@@ -111,7 +110,6 @@ def build(ctx: BuildContext, node_id: str) -> None:
             code_version=code_version(),
             **spanned,
         )
-        ctx.columnar_examples = True
     else:
         from components.csv_example_gen.component import CsvExampleGen
 
