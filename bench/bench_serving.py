@@ -23,8 +23,8 @@ x2+b` for the batching ones).
 
 It prints the server's figures as ratios to both in-process references, with the issue's floors
 against each: p50 at batch 1 within 3x the in-process call, and requests/s with 8 clients at
-least 60% of the in-process limit. Each cell is measured `--repeats` times (default 3), the in-process and server
-runs alternating which goes first, and the table shows medians with min-max. The load generator
+least 60% of the in-process limit. Each cell is measured `--repeats` times (default 3), the
+sides alternating which goes first, and the table shows medians with min-max. The load generator
 runs on the same machine as the server, so on a small machine they share the cores.
 
 wrk must be installed (`scripts/ensure_system_packages.sh wrk`). The model is
@@ -337,14 +337,14 @@ def _spread(figure: dict, digits: int) -> str:
 
 def _report(result: dict) -> str:
     lines = [
-        f"{'batch':>5} {'clients':>7} | {'side':<12} | {'p50 ms':>20} | {'p99 ms':>20} | "
+        f"{'batch':>5} {'clients':>7} | {'side':<15} | {'p50 ms':>20} | {'p99 ms':>20} | "
         f"{'req/s':>17}",
     ]
     for cell in result["cells"]:
         for side in (*LIMITS, *cell["servers"]):
             figures = cell[side]
             lines.append(
-                f"{cell['batch']:>5} {cell['clients']:>7} | {side.replace('_', '-'):<12} | "
+                f"{cell['batch']:>5} {cell['clients']:>7} | {side.replace('_', '-'):<15} | "
                 f"{_spread(figures['p50_ms'], 2):>20} | {_spread(figures['p99_ms'], 2):>20} | "
                 f"{_spread(figures['requests_per_s'], 0):>17}"
             )
@@ -353,14 +353,15 @@ def _report(result: dict) -> str:
                 ratios = cell["ratios"][limit][side]
                 label = f"/{limit.replace('_', '-')}" + side[len("server") :]
                 lines.append(
-                    f"{'':>5} {'':>7} | {label:<12} | {ratios['p50']:>19.2f}x | "
+                    f"{'':>5} {'':>7} | {label:<15} | {ratios['p50']:>19.2f}x | "
                     f"{ratios['p99']:>19.2f}x | {ratios['requests_per_s']:>16.2f}x"
                 )
     lines.append("")
     lines.append(
         "medians (min-max) of "
-        f"{result['repeats']} runs of {result['seconds']:g} s per cell, in-process and server(s) "
-        "alternating which goes first; ratios are server / in-process of the medians"
+        f"{result['repeats']} runs of {result['seconds']:g} s per cell, the in-process sides and "
+        "the server(s) alternating which goes first; ratios are server / each in-process side "
+        "(/savedmodel, /in-process), of the medians"
     )
     lines.append(f"load generator: {result['load_generator']}")
     for limit, what in result["limits"].items():
