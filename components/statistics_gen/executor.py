@@ -98,8 +98,11 @@ class Executor(statistics_gen_executor.Executor):
         from components.statistics_gen import in_process
 
         options_json = exec_properties.get(standard_component_specs.STATS_OPTIONS_JSON_KEY)
-        options = stats_options.StatsOptions.from_json(options_json) if options_json else None
-        options = options or stats_options.StatsOptions()
+        options = (
+            stats_options.StatsOptions.from_json(options_json)
+            if options_json
+            else stats_options.StatsOptions()
+        )
         if input_dict.get(standard_component_specs.SCHEMA_KEY):
             if options.schema is not None:
                 return False  # TFX's executor refuses this, with its own message

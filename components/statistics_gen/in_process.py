@@ -14,8 +14,9 @@ The two ways agree where this path is taken:
   its Beam run counts them exactly. Below the sketches' sizes the sketches are exact, so a
   result with a string feature of `MISRA_GRIES_BUCKETS` or more distinct values is thrown away
   and the split goes to Beam.
-- Quantiles and histograms come from the same sketch both ways; on at most `MAX_ROWS` rows it
-  holds every value, so they are the same.
+- Quantiles and histograms come from the same sketch both ways, fed all rows at once here and
+  batch by batch there; on at most `MAX_ROWS` rows a split they came out the same (checked on
+  generated taxi rows up to 19,300 in a split).
 - Means and standard deviations are sums: Beam adds them up batch by batch, this path in one
   pass, so they may differ in their last digits (1e-15 relative on the taxi sample).
 - Anything the in-memory API does not do (sampling, lift statistics for a label feature,
@@ -44,8 +45,9 @@ from components.arrow_example_gen.placement import reads_in_process
 
 # Examples up to this many bytes on disk (all splits) are read into memory at all...
 MAX_BYTES = 4 << 20
-# ...and computed here when each split has at most this many rows: the quantiles sketch holds
-# every value, and Beam's fixed cost is most of what the Beam run would take.
+# ...and computed here when each split has at most this many rows: the size up to which the two
+# ways were seen to give the same quantiles and histograms (taxi rows, 19,300 in a split), and
+# where Beam's fixed cost is most of what the Beam run would take.
 MAX_ROWS = 20_000
 # TFDV's Misra-Gries sketch size for the in-memory top-k (stats_impl._DEFAULT_MG_SKETCH_SIZE):
 # below it, its counts are exact.
@@ -106,8 +108,8 @@ def compute(
         )
         if len(batches) != 1:
             return None  # an empty split (TFDV's in-memory API needs rows), or over MAX_ROWS
-        split_options = stats_options_lib.StatsOptions.from_json(options.to_json())
-        statistics = stats_impl.generate_statistics_in_memory(batches[0], split_options)
+        # No per-split options: a sample rate by split, TFX's reason for them, goes to Beam.
+        statistics = stats_impl.generate_statistics_in_memory(batches[0], options)
         if not _sketches_were_exact(statistics):
             return None
         found[split] = statistics
