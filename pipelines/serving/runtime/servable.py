@@ -141,17 +141,13 @@ class Signature:
 
     def prepared_call(self, tensors: Mapping[str, Any]) -> Callable[[], Mapping[str, Any]]:
         """A call of the function on these ready-made tensors (name -> tf.Tensor), returning
-        its output tensors by name: the flat call `call` makes, with everything `call` does
-        around it (conversion, checks, reading the outputs) done once here. What a server with
-        no overhead at all would do per request; the benchmark's limit."""
+        its output tensors by name: the call `call` makes (`_call_tensors`), with everything
+        `call` does around it (conversion, checks, reading the outputs) done once here. What a
+        server with no overhead at all would do per request; the benchmark's limit."""
         if not self._fits_flat_call(tensors):
             return lambda: self.function(**tensors)
         flat = [tensors[name] for name, _, _ in self._flat_inputs]
-        if self.runs_as_one_op:
-            op = self._op
-            return lambda: op.call(flat)
-        function, captured = self.function, self.function.captured_inputs
-        return lambda: function._call_flat(flat, captured)
+        return lambda: self._call_tensors(flat)
 
     def _call_tensors(self, tensors: list) -> Mapping[str, Any]:
         """The function run on its input tensors (in flat order): output tensors by name."""
