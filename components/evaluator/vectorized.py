@@ -145,12 +145,6 @@ def histogram_from_sums(sums: np.ndarray) -> dict:
     }
 
 
-def histogram_accumulator(combiner, labels: np.ndarray, predictions: np.ndarray) -> dict:
-    """TFMA's calibration-histogram accumulator ({bucket id: Bucket}) of a batch, as
-    `_CalibrationHistogramCombiner.add_input` builds it example by example (unit weights)."""
-    return histogram_from_sums(histogram_sums(combiner, labels, predictions))
-
-
 def confusion_counts(combiner, labels: np.ndarray, predictions: np.ndarray) -> np.ndarray:
     """The counts TFMA's binary confusion matrices keep, over a batch: one row (tp, tn, fp,
     fn) per threshold, in the combiner's order (unit weights)."""
@@ -188,12 +182,6 @@ def confusion_from_counts(combiner, counts: np.ndarray) -> dict:
     return accumulator
 
 
-def confusion_accumulator(combiner, labels: np.ndarray, predictions: np.ndarray) -> dict:
-    """TFMA's binary confusion-matrix accumulator ({threshold: entry}) of a batch, as
-    `BinaryConfusionMatrices.add_input` builds it example by example (unit weights)."""
-    return confusion_from_counts(combiner, confusion_counts(combiner, labels, predictions))
-
-
 def batch_sums(combiner, labels: np.ndarray, predictions: np.ndarray) -> np.ndarray:
     """What one of the combiners this engine knows accumulates over a batch, as an array
     (`histogram_sums` or `confusion_counts`): sums of batches are the sums of their union."""
@@ -207,11 +195,6 @@ def accumulator_from_sums(combiner, sums: np.ndarray):
     if type(combiner).__name__ == _HISTOGRAM:
         return histogram_from_sums(sums)
     return confusion_from_counts(combiner, sums)
-
-
-def batch_accumulator(combiner, labels: np.ndarray, predictions: np.ndarray):
-    """The accumulator of one of the combiners this engine knows, over a batch."""
-    return accumulator_from_sums(combiner, batch_sums(combiner, labels, predictions))
 
 
 def list_files(pattern: str) -> list[str]:

@@ -49,7 +49,7 @@ def _tfma_accumulator(combiner, labels, predictions):
 
 @pytest.mark.parametrize("fractional", [False, True], ids=["binary-labels", "fractional-labels"])
 def test_batch_accumulators_are_tfmas_example_by_example(fractional):
-    from components.evaluator.vectorized import batch_accumulator
+    from components.evaluator.vectorized import accumulator_from_sums, batch_sums
 
     overrides = ["evaluation.metrics=[{name: AUC, lower_bound: 0.5}, {name: BinaryAccuracy}]"]
     _, computations = _computations(overrides)
@@ -68,7 +68,7 @@ def test_batch_accumulators_are_tfmas_example_by_example(fractional):
     for computation in computations:
         combiner = computation.combiner
         _assert_same_accumulator(
-            batch_accumulator(combiner, labels, predictions),
+            accumulator_from_sums(combiner, batch_sums(combiner, labels, predictions)),
             _tfma_accumulator(combiner, labels, predictions),
         )
 
