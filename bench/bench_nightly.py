@@ -17,10 +17,13 @@ Night one is the first run (no baseline) and is not reported; it is run once per
 working directory it leaves is copied aside. Night two is the steady state every later night
 looks like: the Evaluator compares the candidate with night one's blessed model. Each
 repetition restores every tool's directory from its night-one copy (at the same path, so the
-absolute paths ML Metadata holds stay valid) and runs night two of each tool, rotating which tool
-goes first, so the machine's drift falls on all alike. Every night two is its own process under
-GNU time (/usr/bin/time, Debian package `time`): wall time and peak memory of the whole
-process, imports included. Per component seconds come from Conveyor's summary.json and, for raw
+absolute paths ML Metadata holds stay valid) and runs night two of each tool at every size,
+rotating which tool goes first and alternating which size does, so the machine's drift falls on
+all alike. Every night two is its own process under GNU time (/usr/bin/time, Debian package
+`time`): wall time and peak memory of the whole process, imports included. Where the host froze
+this (virtual) machine during a night, the wall clock ran on while nothing did: that pause
+(wall clock minus monotonic clock, measure.TimedRun) is taken out of the wall time and reported
+beside it. Per component seconds come from Conveyor's summary.json and, for raw
 TFX, from its ML Metadata (each execution of the night's run: last update minus creation, which
 TFX's launcher stamps when the component starts and when it publishes).
 
@@ -188,7 +191,7 @@ def _run_night(
         ok = run.returncode == 0 and "run record: " in output
     if not ok:
         raise BenchError(f"{' '.join(command)} exited {run.returncode}:\n{log_tail(log)}")
-    wall, peak = run.figures()
+    wall, peak = run.figures()  # without the machine's pauses (measure.TimedRun)
     if tool.name == RAW:
         steps = _raw_step_seconds(workdir)
         versions = int(output.split("pushed_versions ")[-1].split()[0])
@@ -203,6 +206,7 @@ def _run_night(
     return {
         "outcome": outcome,
         "wall_seconds": round(wall, 1),
+        "paused_seconds": run.paused_seconds,
         "peak_rss_mib": round(peak),
         "pipeline_seconds": pipeline,
         "steps": {STEPS.get(name, name): value for name, value in steps.items()},
@@ -241,7 +245,6 @@ def _prepare_night_one(args: argparse.Namespace, tool: Tool, size_dir: Path) -> 
 
 def benchmark(args: argparse.Namespace, out_root: Path, created: list[Path]) -> dict:
     tools = _tools(args)
-    results: dict[str, dict[str, list[dict]]] = {}
     for rows in args.rows:
         size_dir = out_root / f"rows-{rows}"
         created.append(size_dir)
@@ -249,24 +252,31 @@ def benchmark(args: argparse.Namespace, out_root: Path, created: list[Path]) -> 
         _write_nights(size_dir, rows)
         for tool in tools:
             _prepare_night_one(args, tool, size_dir)
-        runs: dict[str, list[dict]] = {tool.name: [] for tool in tools}
-        for repetition in range(args.repeats):
-            # Rotate who goes first, so that no tool always runs on the freshest machine.
-            shift = repetition % len(tools)
+    results = {str(rows): {tool.name: [] for tool in tools} for rows in args.rows}
+    for repetition in range(args.repeats):
+        # Every repetition runs every size, in turn first and last, and rotates which tool goes
+        # first: the machine's speed drifts over minutes, and so falls on all sizes and tools
+        # alike (a growth ratio from sizes measured an hour apart measured the drift too).
+        sizes = args.rows if repetition % 2 == 0 else args.rows[::-1]
+        shift = repetition % len(tools)
+        for rows in sizes:
+            size_dir = out_root / f"rows-{rows}"
             for tool in tools[shift:] + tools[:shift]:
                 workdir = size_dir / tool.directory
                 _restore(size_dir / "night-one" / tool.directory, workdir)
                 log = size_dir / "logs" / f"{tool.directory}-night-two-{repetition + 1}.log"
                 measured = _run_night(args, tool, workdir, NIGHTS[1], log)
-                runs[tool.name].append(measured)
+                results[str(rows)][tool.name].append(measured)
                 evaluator = measured["steps"].get(EVALUATOR, 0.0)
+                paused = measured["paused_seconds"]
                 print(
-                    f"  repetition {repetition + 1}, {tool.name}: night two "
-                    f"{measured['wall_seconds']} s, {measured['peak_rss_mib']} MiB, "
-                    f"evaluator {evaluator:.1f} s, {measured['outcome']}",
+                    f"  repetition {repetition + 1}, {rows:,} rows, {tool.name}: night two "
+                    f"{measured['wall_seconds']} s"
+                    + (f" ({paused} s more, the machine paused by its host)" if paused else "")
+                    + f", {measured['peak_rss_mib']} MiB, evaluator {evaluator:.1f} s, "
+                    f"{measured['outcome']}",
                     flush=True,
                 )
-        results[str(rows)] = runs
     return {
         "env": args.env,
         "rows": args.rows,
@@ -332,6 +342,12 @@ def _size_table(rows: str, runs: dict[str, list[dict]], repeats: int) -> list[st
     for name in tools:
         outcomes = ", ".join(run["outcome"] for run in runs[name])
         lines.append(f"outcomes, {name}: {outcomes}")
+        pauses = [run.get("paused_seconds", 0.0) for run in runs[name]]
+        if any(pauses):
+            lines.append(
+                f"paused by the host, {name}: {', '.join(f'{p:g}' for p in pauses)} s "
+                "(taken out of the wall times above)"
+            )
     return lines
 
 

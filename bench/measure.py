@@ -24,6 +24,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Callable, Iterable, MutableMapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +32,9 @@ from typing import Any, TypeVar
 
 GNU_TIME = Path("/usr/bin/time")
 LOG_TAIL_LINES = 40
+# Below this, a difference between the wall clock and the monotonic clock over a run is clock
+# adjustment, not a pause of the machine (see TimedRun.paused_seconds).
+PAUSE_NOISE_SECONDS = 0.5
 # Read by TensorFlow when it is first imported: log only fatal errors from C++, and use the
 # Keras 2 that TFX 1.16 trains with.
 QUIET_TF_ENV = {
@@ -136,22 +140,34 @@ def start_with_gnu_time(
 
 @dataclass(frozen=True)
 class TimedRun:
-    """A finished run under GNU time: its exit code, its report, and what waiting returned."""
+    """A finished run under GNU time: its exit code, its report, what waiting returned, and how
+    long the machine itself was paused while it ran.
+
+    `paused_seconds`: how much further the wall clock moved than the monotonic clock. The
+    benchmarks run on a virtual machine that its host sometimes freezes: nothing runs, the
+    monotonic clock stands still, and on waking the wall clock (which GNU time's elapsed time
+    reads) is set forward. One such pause was 33 s inside a 10M-row night's Evaluator: its
+    component time (monotonic) was 38 s, its log's timestamps 71 s apart. figures() takes it
+    out of the wall time; 0.0 when under PAUSE_NOISE_SECONDS.
+    """
 
     returncode: int
     report_path: Path
     waited: Any = None
+    paused_seconds: float = 0.0
 
     def figures(self) -> tuple[float, float]:
         """Reads the run's figures out of its GNU time report.
 
         Returns:
-            What parse_gnu_time_report returns: wall seconds and peak RSS in MiB.
+            What parse_gnu_time_report returns, wall seconds and peak RSS in MiB, with the
+            machine's pauses (`paused_seconds`) taken out of the wall seconds.
 
         Raises:
             BenchError: the report lacks either figure.
         """
-        return parse_gnu_time_report(self.report_path.read_text())
+        wall, peak = parse_gnu_time_report(self.report_path.read_text())
+        return wall - self.paused_seconds, peak
 
 
 def run_with_gnu_time(
@@ -180,6 +196,7 @@ def run_with_gnu_time(
     """
     log_path.parent.mkdir(parents=True, exist_ok=True)
     report_path = log_path.with_suffix(".time")
+    wall_start, monotonic_start = time.time(), time.monotonic()
     with log_path.open("w") as log:
         process = start_with_gnu_time(
             command, report_path, stdout=log, stderr=subprocess.STDOUT, env=env
@@ -190,7 +207,11 @@ def run_with_gnu_time(
             except BaseException:  # e.g. KeyboardInterrupt: leave nothing running
                 process.kill()
                 raise
-    return TimedRun(process.wait(), report_path, waited)
+    returncode = process.wait()
+    paused = (time.time() - wall_start) - (time.monotonic() - monotonic_start)
+    return TimedRun(
+        returncode, report_path, waited, round(paused, 1) if paused >= PAUSE_NOISE_SECONDS else 0.0
+    )
 
 
 def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
