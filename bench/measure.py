@@ -4,9 +4,10 @@ The benchmark scripts in bench/ (bench_penguin.py, bench_datapath.py, bench_trai
 bench_nightly.py) run every measured command as a process of its own under `/usr/bin/time -v`
 (Debian package `time`), so that their figures include Python start-up and the TensorFlow/TFX
 imports. This module holds what they share: where GNU time is and the check that it is there,
-running a command under it, reading its report, the error a failed run raises, the end of a run's
-log for that error, the environment that keeps TensorFlow quiet, and the main() scaffolding around
-a whole benchmark.
+running a command under it (and how long the host froze this virtual machine meanwhile, which
+the wall time leaves out: TimedRun), reading its report, the error a failed run raises, the end
+of a run's log for that error, the environment that keeps TensorFlow quiet, and the main()
+scaffolding around a whole benchmark.
 
 The scripts import it as `measure`: each is run as `python bench/<script>.py`, which puts bench/
 first on sys.path. It needs only the standard library, so importing it costs a measured process
