@@ -145,11 +145,12 @@ class TimedRun:
     long the machine itself was paused while it ran.
 
     `paused_seconds`: how much further the wall clock moved than the monotonic clock. The
-    benchmarks run on a virtual machine that its host sometimes freezes: nothing runs, the
-    monotonic clock stands still, and on waking the wall clock (which GNU time's elapsed time
-    reads) is set forward. One such pause was 33 s inside a 10M-row night's Evaluator: its
-    component time (monotonic) was 38 s, its log's timestamps 71 s apart. figures() takes it
-    out of the wall time; 0.0 when under PAUSE_NOISE_SECONDS.
+    benchmarks run on a virtual machine whose wall clock (which GNU time's elapsed time reads)
+    its host sometimes sets forward, as after freezing the machine; the monotonic clock does not
+    jump. Once it was 33 s inside a 10M-row night's Evaluator: its component time (monotonic)
+    was 38 s, its log's timestamps 71 s apart. Either way the monotonic clock is the time the run
+    took: figures() takes the difference out of the wall time. 0.0 when under
+    PAUSE_NOISE_SECONDS.
     """
 
     returncode: int
