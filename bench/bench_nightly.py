@@ -20,8 +20,8 @@ repetition restores every tool's directory from its night-one copy (at the same 
 absolute paths ML Metadata holds stay valid) and runs night two of each tool at every size,
 rotating which tool goes first and alternating which size does, so the machine's drift falls on
 all alike. Every night two is its own process under GNU time (/usr/bin/time, Debian package
-`time`): wall time and peak memory of the whole process, imports included. Where the host froze
-this (virtual) machine during a night, the wall clock ran on while nothing did: that pause
+`time`): wall time and peak memory of the whole process, imports included. Where the host set
+this (virtual) machine's wall clock forward during a night, as after freezing it, that jump
 (wall clock minus monotonic clock, measure.TimedRun) is taken out of the wall time and reported
 beside it. Per component seconds come from Conveyor's summary.json and, for raw
 TFX, from its ML Metadata (each execution of the night's run: last update minus creation, which
