@@ -3,8 +3,8 @@
 A distributed runner's data lives on `gs://`, `s3://`, `hdfs://` or another filesystem Beam has
 registered (TFX's CsvExampleGen reads through the same registry, with Beam's ReadFromText). So
 every input file is matched, sized and read here through `apache_beam.io.filesystems`: matching
-a pattern lists the files with their sizes (one listing, which plans the work units), and a
-work unit's byte range is opened, sought to and read. Files are opened uncompressed: the ranges
+a pattern lists the files, planning the work units asks each file's size, and a work unit's
+byte range is opened, sought to and read. Files are opened uncompressed: the ranges
 are byte offsets of the file as stored.
 
 One exception, for speed: a local path's range is memory-mapped by pyarrow rather than read

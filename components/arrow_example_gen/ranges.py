@@ -153,12 +153,11 @@ def _fill(handle, into: memoryview) -> int:
     return filled
 
 
-def file_pieces(path: str, piece_bytes: int, size: int | None = None) -> list[ByteRange]:
+def file_pieces(path: str, piece_bytes: int) -> list[ByteRange]:
     """A file's records after its header, as byte ranges of about `piece_bytes` (one range
     when the file is no bigger, or when its quotes forbid cutting it); none when the file has
-    a header only. `size`: the file's, in bytes, when a listing gave it already."""
-    if size is None:
-        size = files.size(path)
+    a header only."""
+    size = files.size(path)
     wanted = [1] + list(range(piece_bytes, size, piece_bytes))
     scan = _scan(path, size, wanted)
     if not scan.rfc_quotes:  # cannot be cut: one piece, and the header's end found alone
@@ -176,15 +175,14 @@ def file_pieces(path: str, piece_bytes: int, size: int | None = None) -> list[By
     ]
 
 
-def plan_units(paths: list[str], unit_bytes: int, sizes: list[int] | None = None) -> list[WorkUnit]:
+def plan_units(paths: list[str], unit_bytes: int) -> list[WorkUnit]:
     """The input's records as work units of about `unit_bytes` each, in input order: every
-    file cut into pieces of about that size, and consecutive small pieces grouped. `sizes`:
-    the files' sizes in bytes, when a listing gave them already."""
+    file cut into pieces of about that size, and consecutive small pieces grouped."""
     units: list[WorkUnit] = []
     group: list[ByteRange] = []
     grouped = 0
-    for path, size in zip(paths, sizes or [None] * len(paths), strict=True):
-        for piece in file_pieces(path, unit_bytes, size):
+    for path in paths:
+        for piece in file_pieces(path, unit_bytes):
             if group and grouped + piece.end - piece.start > unit_bytes:
                 units.append(WorkUnit(len(units), tuple(group)))
                 group, grouped = [], 0

@@ -143,7 +143,8 @@ class Signature:
         """A call of the function on these ready-made tensors (name -> tf.Tensor), returning
         its output tensors by name: the call `call` makes (`_call_tensors`), with everything
         `call` does around it (conversion, checks, reading the outputs) done once here. What a
-        server with no overhead at all would do per request; the benchmark's limit."""
+        server with no overhead at all would do per request: the serving benchmark's stricter
+        reference (its limit is the SavedModel called through TensorFlow's API)."""
         if not self._fits_flat_call(tensors):
             return lambda: self.function(**tensors)
         flat = [tensors[name] for name, _, _ in self._flat_inputs]
