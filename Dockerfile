@@ -26,7 +26,7 @@ COPY components ./components
 COPY schemas ./schemas
 COPY configs ./configs
 RUN uv pip install --system --no-deps -e . \
-    && python -c "import pipelines.build.builder, components.trainer.run, components.data_gate.component"
+    && python -c "import pipelines.builder.pipeline, components.trainer.run, components.data_gate.component"
 
 # KubeflowV2DagRunner gives each container its command (TFX's executor entry point).
 CMD ["python", "-m", "tfx.orchestration.kubeflow.v2.container.kubeflow_v2_run_executor", "--help"]

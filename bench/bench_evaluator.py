@@ -34,8 +34,8 @@ def night_inputs(workdir: Path, spec) -> dict[str, list]:
     """The latest Evaluator execution's input artifacts (TFX types), which must include a
     baseline model."""
     from components.evaluator.replay import recorded_inputs
-    from pipelines import metadata
-    from pipelines.paths import RunPaths
+    from pipelines.core import metadata
+    from pipelines.core.paths import RunPaths
 
     store = metadata.open_store(spec, RunPaths(workdir=workdir, spec=spec).metadata_path)
     try:
@@ -99,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     from tfx.utils import dependency_utils
 
     from components.evaluator.replay import ENGINES, executor_properties
-    from pipelines.build.nodes.evaluator import eval_config
+    from pipelines.builder.nodes.evaluator import eval_config
     from pipelines.spec.loading import load_spec
 
     spec = load_spec(args.pipeline, env=args.env, workdir=args.workdir).spec

@@ -14,8 +14,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from pipelines.build.spans import SpanError
-from pipelines.outcome import EXIT_FAILED, Outcome, PipelineBusy, worst_exit_code
+from pipelines.builder.spans import SpanError
+from pipelines.core.outcome import EXIT_FAILED, Outcome, PipelineBusy, worst_exit_code
 from pipelines.spec import checks
 from pipelines.spec import loading as config
 from pipelines.spec.loading import SpecError
@@ -25,7 +25,7 @@ EXIT_BROKEN_PIPE = 141
 
 
 def _workdir(args: argparse.Namespace) -> Path:
-    from pipelines.paths import default_workdir
+    from pipelines.core.paths import default_workdir
 
     return default_workdir(args.workdir)
 
@@ -126,15 +126,15 @@ def cmd_data(args: argparse.Namespace) -> int:
 
     Exit code: 0 when written, 1 when the data cannot be prepared.
     """
+    from pipelines.core.paths import RunPaths
     from pipelines.datasets.prepare import DataPreparationError, prepare
-    from pipelines.paths import RunPaths
 
     loaded = _load(args, args.pipeline)
     spec = loaded.spec
     paths = RunPaths(workdir=_workdir(args), spec=spec)
     target = None
     if spec.data.span_pattern:
-        from pipelines.build import spans
+        from pipelines.builder import spans
 
         if not spec.data.dated_spans:
             print(f"error: {spec.name}: `data` writes dated spans only", file=sys.stderr)
@@ -173,7 +173,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     Exit code: the outcome's (0 pushed or not pushed, 2 blocked by a gate, 1 failed, also when
     the input is missing); 75 when another run holds the workdir's lock.
     """
-    from pipelines.build import spans
+    from pipelines.builder import spans
     from pipelines.ops import nightly
     from pipelines.run.plan import Run
 
@@ -232,7 +232,7 @@ def cmd_backfill(args: argparse.Namespace) -> int:
     Exit code: the worst of the nights' (1 failed, else 2 blocked, else 0); 75 when another
     run holds the workdir's lock; 1 (through `main`) on bad dates or undated spans.
     """
-    from pipelines.build import spans
+    from pipelines.builder import spans
     from pipelines.ops import nightly
 
     loaded = _load(args, args.pipeline)
@@ -302,8 +302,8 @@ def cmd_bless(args: argparse.Namespace) -> int:
     """
     import getpass
 
+    from pipelines.core.paths import RunPaths
     from pipelines.ops.bless import BlessError, bless
-    from pipelines.paths import RunPaths
 
     loaded = _load(args, args.pipeline)
     paths = RunPaths(workdir=_workdir(args), spec=loaded.spec)
@@ -322,8 +322,8 @@ def cmd_lineage(args: argparse.Namespace) -> int:
 
     Exit code: 0; 1 when the `--version` asked for is not recorded (no pushes at all is 0).
     """
-    from pipelines.metadata import open_store, pushed_lineage
-    from pipelines.paths import RunPaths
+    from pipelines.core.metadata import open_store, pushed_lineage
+    from pipelines.core.paths import RunPaths
 
     loaded = _load(args, args.pipeline)
     paths = RunPaths(workdir=_workdir(args), spec=loaded.spec)
@@ -350,8 +350,8 @@ def cmd_runs(args: argparse.Namespace) -> int:
 
     Exit code: 0, also when no run is recorded.
     """
-    from pipelines.metadata import list_runs, open_store
-    from pipelines.paths import RunPaths
+    from pipelines.core.metadata import list_runs, open_store
+    from pipelines.core.paths import RunPaths
 
     loaded = _load(args, args.pipeline)
     paths = RunPaths(workdir=_workdir(args), spec=loaded.spec)
@@ -379,12 +379,12 @@ def cmd_report(args: argparse.Namespace) -> int:
 
     Exit code: 0 when found (or written); 1 for an invalid run id or no report.
     """
+    from pipelines.core.paths import REPORT_FILE, find_run_dirs, runs_root
     from pipelines.ops.report import find_report, recent_run_ids
-    from pipelines.paths import REPORT_FILE, find_run_dirs, runs_root
 
     if args.history:
+        from pipelines.core.paths import RunPaths
         from pipelines.ops.history import write_history
-        from pipelines.paths import RunPaths
 
         if args.nights < 1:
             print(f"error: --nights {args.nights}: give 1 or more runs", file=sys.stderr)
@@ -436,8 +436,8 @@ def cmd_schema(args: argparse.Namespace) -> int:
 
     Exit code: `diff` 0 when they match, 3 when they differ; `accept` 0; 1 on an error.
     """
+    from pipelines.core.paths import RunPaths
     from pipelines.ops import schema_review as schema_tools
-    from pipelines.paths import RunPaths
 
     loaded = _load(args, args.pipeline)
     spec = loaded.spec

@@ -119,8 +119,8 @@ def penguin_ci_run(workdir: Path):
     """Writes penguin's demo data under `workdir` and runs the pipeline once with the `ci`
     profile, as a cron night would; returns the run's RunPaths and its RunResult."""
     from pipelines import cli
+    from pipelines.core.paths import RunPaths
     from pipelines.ops import nightly
-    from pipelines.paths import RunPaths
     from pipelines.spec.loading import load_spec
 
     assert cli.main(["data", "penguin", "--workdir", str(workdir)]) == 0

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import httpx
 
-from pipelines.paths import PROJECT_ROOT
+from pipelines.core.paths import PROJECT_ROOT
 
 STARTUP_SECONDS = 90
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from pipelines.paths import PROJECT_ROOT
+from pipelines.core.paths import PROJECT_ROOT
 
 SCRIPT = PROJECT_ROOT / "scripts" / "ensure_system_packages.sh"
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from ml_metadata.proto import metadata_store_pb2
 from tfx.dsl.components.common import resolver
 
-# Keys of the Resolver's input channels (see pipelines.build.nodes.resolvers).
+# Keys of the Resolver's input channels (see pipelines.builder.nodes.resolvers).
 CANDIDATE_KEY = "candidate"
 EXAMPLES_KEY = "examples"
 MODEL_KEY = "model"

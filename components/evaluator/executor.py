@@ -36,7 +36,7 @@ JUDGEMENT_FILE = "confidence_gate.json"
 GATE_PROPERTY = "conveyor_confidence_gate"
 # On the evaluation: which engine computed the metrics ("tfma" or "vectorized").
 ENGINE_PROPERTY = "conveyor_evaluation_engine"
-# On the evaluation: the whole evaluation set's metrics (pipelines.metadata reads them back).
+# On the evaluation: the whole evaluation set's metrics (pipelines.core.metadata reads them back).
 METRIC_PREFIX = "conveyor_metric_"
 BASELINE_METRIC_PREFIX = "conveyor_baseline_metric_"
 

@@ -43,7 +43,7 @@ def recorded_inputs(store) -> dict[str, list]:
 
 def executor_properties(eval_config) -> dict[str, str]:
     """The exec_properties TFX's Evaluator component hands its executor for an EvalConfig
-    (pipelines.build.nodes.evaluator.eval_config), with every split and no fairness
+    (pipelines.builder.nodes.evaluator.eval_config), with every split and no fairness
     thresholds, as the pipeline's Evaluator node sets them."""
     from google.protobuf import json_format
 

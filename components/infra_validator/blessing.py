@@ -53,6 +53,6 @@ def infra_refusal(input_dict) -> str | None:
     )
     if reason == NOT_EVALUATED:
         return None
-    from pipelines.outcome import INFRA_REFUSAL
+    from pipelines.core.outcome import INFRA_REFUSAL
 
     return f"{INFRA_REFUSAL}: {reason or 'no reason recorded'}"

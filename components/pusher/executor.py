@@ -104,7 +104,7 @@ class Executor(tfx_pusher_executor.Executor):
             model_push.set_string_custom_property(TFLITE_PROPERTY, tflite_note)
             logging.info("TF Lite: the version goes %s", tflite_note)
             if tflite_path is None and config.get("tflite_required"):
-                from pipelines.outcome import TFLITE_REFUSAL
+                from pipelines.core.outcome import TFLITE_REFUSAL
 
                 return not_pushed(f"{TFLITE_REFUSAL} (push.tflite.required): {why}")
         model_dir = self.GetModelPath(input_dict)

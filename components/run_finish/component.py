@@ -70,7 +70,7 @@ def final_status_result(final_status: str, pipeline: str):
     Raises:
       google.protobuf.json_format.ParseError: the text is not a final status.
     """
-    from pipelines.outcome import Outcome, RunResult
+    from pipelines.core.outcome import Outcome, RunResult
 
     status = parse_final_status(final_status)
     state = status.state.upper() or "UNKNOWN"
@@ -102,8 +102,8 @@ def write_final_status_report(result, spec, workdir: str) -> str:
     """
     from pathlib import Path
 
+    from pipelines.core.paths import RunPaths
     from pipelines.ops import report
-    from pipelines.paths import RunPaths
 
     paths = RunPaths(Path(workdir), spec)
     run_dir = paths.run_dir(report_run_id(result))
@@ -200,9 +200,9 @@ def final_status_metrics(
     import time
     from pathlib import Path
 
+    from pipelines.core.outcome import Outcome, RunResult
+    from pipelines.core.paths import RunPaths
     from pipelines.ops.metrics import result_metrics, set_last_push
-    from pipelines.outcome import Outcome, RunResult
-    from pipelines.paths import RunPaths
 
     now = time.time() if now is None else now
     status = parse_final_status(final_status)

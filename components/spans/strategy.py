@@ -16,7 +16,7 @@ from __future__ import annotations
 from ml_metadata.proto import metadata_store_pb2
 from tfx.dsl.components.common import resolver
 
-# Keys of the Resolver's input channels (see pipelines.build.nodes.resolvers).
+# Keys of the Resolver's input channels (see pipelines.builder.nodes.resolvers).
 # The resolved key is given this run's artifact (which also orders the resolver after its
 # producer) and resolves to the earlier spans; `candidates` holds every artifact of the type.
 EXAMPLES_KEY = "examples"

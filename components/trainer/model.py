@@ -87,7 +87,7 @@ def load_embedding(path: str) -> Callable[[tf.Tensor], tf.Tensor]:
     Raises:
       TrainerConfigError: when there is no SavedModel there, or calling it fails.
     """
-    from pipelines.paths import PROJECT_ROOT
+    from pipelines.core.paths import PROJECT_ROOT
 
     folder = path if os.path.isabs(path) else os.path.join(PROJECT_ROOT, path)
     try:

@@ -15,7 +15,7 @@ from typing import Any
 
 from components.user_code import UserCodeFailure, entry_point, failure
 
-# custom_config keys set by pipelines/build/nodes/transform.py.
+# custom_config keys set by pipelines/builder/nodes/transform.py.
 MODULE_KEY = "module"
 USER_CONFIG_KEY = "config"
 SPEC_KEY = "transform.module"

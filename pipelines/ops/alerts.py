@@ -17,8 +17,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from pipelines.outcome import RunResult
-from pipelines.paths import REPORT_FILE
+from pipelines.core.outcome import RunResult
+from pipelines.core.paths import REPORT_FILE
 from pipelines.spec.models import PipelineSpec
 
 TIMEOUT_SECONDS = 10.0

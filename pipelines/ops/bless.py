@@ -26,7 +26,7 @@ import os
 import time
 from dataclasses import dataclass
 
-from pipelines.metadata import (
+from pipelines.core.metadata import (
     NODE_CONTEXT_TYPE,
     PUSHED_MODEL_TYPE,
     RUN_CONTEXT_TYPE,
@@ -34,8 +34,8 @@ from pipelines.metadata import (
     node_id_of,
     open_store,
 )
+from pipelines.core.paths import RunPaths
 from pipelines.ops import labels
-from pipelines.paths import RunPaths
 
 BLESS_EXECUTION_TYPE = "conveyor.ManualBless"
 BLESS_NODE = "manual_bless"

@@ -25,10 +25,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-from pipelines.build.nodes.schema_gen import previous_schema
-from pipelines.build.spans import available_spans, span_files
-from pipelines.outcome import Outcome
-from pipelines.paths import CODE_PACKAGES, LOCK_FILE, RunPaths, project_file
+from pipelines.builder.nodes.schema_gen import previous_schema
+from pipelines.builder.spans import available_spans, span_files
+from pipelines.core.outcome import Outcome
+from pipelines.core.paths import CODE_PACKAGES, LOCK_FILE, RunPaths, project_file
 from pipelines.spec.loading import source_digest
 from pipelines.spec.models import SchemaSource
 

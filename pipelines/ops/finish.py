@@ -18,10 +18,10 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from pipelines.metadata import node_context_type_id, node_id_of, open_store, run_context
+from pipelines.core.metadata import node_context_type_id, node_id_of, open_store, run_context
+from pipelines.core.outcome import Outcome, RunResult
+from pipelines.core.paths import RunPaths
 from pipelines.ops import alerts, fingerprint, metrics, report, serving_state
-from pipelines.outcome import Outcome, RunResult
-from pipelines.paths import RunPaths
 from pipelines.run import local
 from pipelines.run.events import emit, structured
 from pipelines.run.plan import Run
@@ -239,7 +239,7 @@ def orchestrated_failure(
       failed_tasks: the node ids of the tasks that failed (not those skipped after them).
       where: what holds the tasks' logs, for the message ("Airflow DAG run manual__...").
     """
-    from pipelines.build import spans
+    from pipelines.builder import spans
 
     failed = sorted(failed_tasks)
     if not failed:
@@ -288,7 +288,7 @@ def finish_dag_run(
       echo: where progress lines go (the task's log).
       final_task_id: this task's own id, left out of the failed tasks.
     """
-    from pipelines.build import spans
+    from pipelines.builder import spans
 
     spec = PipelineSpec.model_validate(resolved_spec)
     span = None

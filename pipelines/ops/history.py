@@ -6,7 +6,7 @@ gate's drift distance per column with its threshold, the rows per run and how lo
 then a table linking each run's own report (`<run id>/report.html`, relative, so the folder can
 be copied or served as it is).
 
-Everything comes from ML Metadata (`pipelines.metadata.run_history`, a few batched queries) and
+Everything comes from ML Metadata (`pipelines.core.metadata.run_history`, a few batched queries) and
 the small files the runs wrote beside it (each run's `summary.json`, the data gate's
 `findings.json`, StatisticsGen's statistics for the row counts): no TensorFlow, no TFMA. A run
 ML Metadata holds but whose folder is gone still gets its row, its outcome then read from ML
@@ -22,12 +22,12 @@ from pathlib import Path
 
 import markupsafe
 
-from pipelines.build import spans
-from pipelines.metadata import RunHistory, open_store, run_history
+from pipelines.builder import spans
+from pipelines.core.metadata import RunHistory, open_store, run_history
+from pipelines.core.outcome import Outcome
+from pipelines.core.paths import REPORT_FILE, RUN_SUMMARY, RunPaths
 from pipelines.ops.charts import ChartRenderer
 from pipelines.ops.report import Badge, keras_metric_name, templates
-from pipelines.outcome import Outcome
-from pipelines.paths import REPORT_FILE, RUN_SUMMARY, RunPaths
 
 HISTORY_FILE = "history.html"
 TEMPLATE = "history.html.j2"
@@ -236,7 +236,7 @@ def _drift_chart(runs: list[_Run], charts: ChartRenderer) -> str | None:
 
 def history_page(paths: RunPaths, records: list[RunHistory]) -> HistoryPage:
     """The history page's data for the runs `records` (oldest first), as
-    `pipelines.metadata.run_history` reads them."""
+    `pipelines.core.metadata.run_history` reads them."""
     runs = _gather(paths, records)
     charts = ChartRenderer("history")
     labels = [r.when for r in runs]

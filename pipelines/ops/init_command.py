@@ -336,7 +336,7 @@ def cmd_init(args: argparse.Namespace) -> int:
 
 
 def _init(args: argparse.Namespace) -> bool:
-    from pipelines.paths import PROJECT_ROOT, SPECS_DIR, default_workdir
+    from pipelines.core.paths import PROJECT_ROOT, SPECS_DIR, default_workdir
     from pipelines.spec import checks
     from pipelines.spec import loading as config
 
@@ -408,7 +408,7 @@ def register(sub, add_common_options) -> None:
         help="write a working spec from a CSV (features inferred with TFDV)",
         description="Infers the features of a CSV with TFDV (numeric, categorical; ids, free "
         "text and leaky columns left out with a comment saying why), writes "
-        "pipelines/specs/NAME.yaml, copies the CSV into the workdir's data/NAME/, validates the "
+        "specs/NAME.yaml, copies the CSV into the workdir's data/NAME/, validates the "
         "spec and prints the next two commands.",
     )
     p.add_argument("name", help="the pipeline's name (letters, digits, _)")
@@ -419,7 +419,7 @@ def register(sub, add_common_options) -> None:
         choices=("classification", "regression"),
         help="default: classification for text or a few small integers, else regression",
     )
-    p.add_argument("--output", help="the spec to write (default: pipelines/specs/NAME.yaml)")
+    p.add_argument("--output", help="the spec to write (default: specs/NAME.yaml)")
     p.add_argument("--force", action="store_true", help="replace an existing spec and input files")
     # --env: validate under that profile only (default: every profile, as `validate` does).
     add_common_options(p, env_default=None)

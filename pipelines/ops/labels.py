@@ -37,8 +37,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from components.pusher import layout
-from pipelines.metadata import custom_property, open_store, successful_pushes
-from pipelines.paths import RunPaths
+from pipelines.core.metadata import custom_property, open_store, successful_pushes
+from pipelines.core.paths import RunPaths
 from pipelines.serving.config import MODELS_CONFIG, ServedModel, served_models, write_atomically
 
 LABEL_MOVE_TYPE = "conveyor.LabelMove"
@@ -325,7 +325,7 @@ def label_pushed_version(
     records as `conveyor_labels`, `.note()` what it says about labels that did not move.
 
     `push` is the PushSpec, or the dict of push keys the Pusher node puts in its
-    custom_config (pipelines/build/nodes/pusher.py)."""
+    custom_config (pipelines/builder/nodes/pusher.py)."""
     from pipelines.spec.models import AfterRollback, PushSpec
 
     if isinstance(push, Mapping):
@@ -789,7 +789,7 @@ def _pushes_by_version(store, pipeline_name: str) -> dict[int, tuple]:
     """Version -> (run id, spans, final validation metrics) of its newest recorded push."""
     from ml_metadata.proto import metadata_store_pb2
 
-    from pipelines.metadata import EXAMPLES_TYPE, RUN_CONTEXT_TYPE
+    from pipelines.core.metadata import EXAMPLES_TYPE, RUN_CONTEXT_TYPE
 
     found: dict[int, tuple] = {}
     pushes = successful_pushes(store, pipeline_name) or []

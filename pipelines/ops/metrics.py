@@ -2,8 +2,9 @@
 
 `finish` (pipelines/ops/finish.py) calls `export_run_metrics` for every run, whoever ran it.
 The metrics are gathered into a registry of their own per run, with the official client
-(`prometheus_client`), from the run's `RunResult` and what ML Metadata holds for it (read with
-`pipelines.metadata`, as the run report reads it), then go to the sinks `runtime.metrics` names:
+(`prometheus_client`), from the run's `RunResult` and what ML Metadata holds for it (read
+with `pipelines.core.metadata`, as the run report reads it), then go to the sinks
+`runtime.metrics` names:
 
 - a node-exporter textfile: `<textfile_dir>/<pipeline>.prom`, replaced atomically (written
   to a temporary file beside it, then renamed), so the collector never reads half a file;
@@ -34,7 +35,7 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry, Gauge, write_to_textfile
 from prometheus_client.exposition import push_to_gateway
 
-from pipelines.metadata import (
+from pipelines.core.metadata import (
     NodeArtifacts,
     find_output,
     open_store,
@@ -42,8 +43,8 @@ from pipelines.metadata import (
     statistics_file,
     successful_pushes,
 )
-from pipelines.outcome import Outcome, RunResult
-from pipelines.paths import RunPaths
+from pipelines.core.outcome import Outcome, RunResult
+from pipelines.core.paths import RunPaths
 from pipelines.spec.models import PipelineSpec
 
 PREFIX = "conveyor_"
@@ -214,7 +215,7 @@ def collect_run_metrics(
         metrics.infra_blessed.labels(pipeline).set(infra.get("blessed") == 1)
     pushes = successful_pushes(store, pipeline) if store is not None else None
     if pushes:
-        from pipelines.metadata import custom_property
+        from pipelines.core.metadata import custom_property
 
         last = pushes[-1]
         set_last_push(

@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from pipelines.outcome import EXIT_FAILED
+from pipelines.core.outcome import EXIT_FAILED
 
 
 def register(sub, add_common_options) -> None:
@@ -64,7 +64,7 @@ def _add_who_and_why(p: argparse.ArgumentParser) -> None:
 
 
 def _paths(args: argparse.Namespace):
-    from pipelines.paths import RunPaths, default_workdir
+    from pipelines.core.paths import RunPaths, default_workdir
     from pipelines.spec.loading import load_spec
 
     workdir = default_workdir(args.workdir)

@@ -36,10 +36,10 @@ from typing import TYPE_CHECKING
 
 from filelock import FileLock, Timeout
 
-from pipelines.build import spans
+from pipelines.builder import spans
+from pipelines.core.outcome import EXIT_BUSY, Outcome, PipelineBusy, RunResult
+from pipelines.core.paths import CRON_LOG, PROJECT_ROOT, RunPaths, runs_root
 from pipelines.ops import fingerprint
-from pipelines.outcome import EXIT_BUSY, Outcome, PipelineBusy, RunResult
-from pipelines.paths import CRON_LOG, PROJECT_ROOT, RunPaths, runs_root
 from pipelines.run.plan import Run
 from pipelines.spec.loading import LoadedSpec
 from pipelines.spec.models import WhenBusy

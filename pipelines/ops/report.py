@@ -1,6 +1,6 @@
 """The run report: one self-contained HTML file per run, readable without a notebook.
 
-`write_report` reads what the run produced back from ML Metadata (`pipelines.metadata`: the
+`write_report` reads what the run produced back from ML Metadata (`pipelines.core.metadata`: the
 `pipeline_run` context's executions and their input and output artifacts; a cached execution's
 outputs are linked too) and writes `<run dir>/report.html`: the verdict and the gate decisions,
 the data statistics of every split, the data gate's anomalies, drift and skew, the evaluation of
@@ -36,7 +36,7 @@ from typing import Any
 import jinja2
 import markupsafe
 
-from pipelines.metadata import (
+from pipelines.core.metadata import (
     ArtifactRecord,
     NodeArtifacts,
     find_output,
@@ -44,9 +44,9 @@ from pipelines.metadata import (
     read_run_artifacts,
     statistics_file,
 )
+from pipelines.core.outcome import Outcome, RunResult
+from pipelines.core.paths import REPORT_FILE, RunPaths, find_run_dirs, recent_run_dirs
 from pipelines.ops.charts import ChartRenderer, Frequencies, Histogram
-from pipelines.outcome import Outcome, RunResult
-from pipelines.paths import REPORT_FILE, RunPaths, find_run_dirs, recent_run_dirs
 
 TOP_VALUES = 5
 TEMPLATES_DIR = Path(__file__).parent / "templates"
@@ -908,7 +908,7 @@ def _section(name: str, prepare) -> Section:
 
 def report_page(result: RunResult, paths: RunPaths, nodes: dict[str, NodeArtifacts]) -> ReportPage:
     """The report's data for a run, from its `RunResult` and its nodes in ML Metadata
-    (`pipelines.metadata.read_run_artifacts`); what the templates draw."""
+    (`pipelines.core.metadata.read_run_artifacts`); what the templates draw."""
     charts = ChartRenderer("chart")
     sections = [
         _section("gate_decisions", lambda: _gate_decisions(result, nodes)),

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pipelines.paths import RunPaths
+from pipelines.core.paths import RunPaths
 from pipelines.spec.loading import PROJECT_ROOT
 from pipelines.spec.models import PipelineSpec, SchemaSource
 
@@ -94,7 +94,7 @@ def latest_statistics(spec: PipelineSpec, paths: RunPaths) -> StatisticsSource:
     """The newest ExampleStatistics of the pipeline in ML Metadata with a `train` split."""
     from ml_metadata.proto import metadata_store_pb2
 
-    from pipelines.metadata import RUN_CONTEXT_TYPE, open_store, statistics_file
+    from pipelines.core.metadata import RUN_CONTEXT_TYPE, open_store, statistics_file
 
     store = open_store(spec, paths.metadata_path)
     artifacts = []

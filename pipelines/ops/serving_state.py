@@ -31,8 +31,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
 from components.pusher import layout
+from pipelines.core.paths import RunPaths
 from pipelines.ops import labels
-from pipelines.paths import RunPaths
 
 RECONCILE_LOG = "serving_reconcile.jsonl"
 
@@ -76,7 +76,7 @@ class Reconciled:
 
 def recorded_pushes(paths: RunPaths) -> tuple[bool, set[int]]:
     """(whether ML Metadata holds any run of the pipeline, the versions it recorded as pushed)."""
-    from pipelines.metadata import custom_property, open_store, successful_pushes
+    from pipelines.core.metadata import custom_property, open_store, successful_pushes
 
     store = open_store(paths.spec, paths.metadata_path)
     pushes = successful_pushes(store, paths.spec.name) if store is not None else None

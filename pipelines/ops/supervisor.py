@@ -35,8 +35,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from pipelines.outcome import RunResult
-from pipelines.paths import RUN_SUMMARY
+from pipelines.core.outcome import RunResult
+from pipelines.core.paths import RUN_SUMMARY
 from pipelines.run.plan import Run
 
 FORWARDED = (signal.SIGTERM, signal.SIGINT)

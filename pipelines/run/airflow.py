@@ -2,12 +2,12 @@
 
 `conveyor compile NAME --env airflow` writes a small DAG file holding the resolved spec and the
 working directory; when Airflow imports it, `airflow_dag` validates the spec again and builds
-the pipeline with `pipelines.build.builder.build_pipeline`, the same one `conveyor run` runs.
+the pipeline with `pipelines.builder.pipeline.build_pipeline`, the same one `conveyor run` runs.
 
 The night: a DAG is built once, when Airflow parses the file, so the night cannot be a
 `build_pipeline(night=...)` argument there. Built for Airflow, ExampleGen's `range_config` of a
 spec with dated spans is an Airflow template of the DAG run's logical date instead
-(`pipelines.build.nodes.example_gen`), so each night's run ingests exactly that date's span.
+(`pipelines.builder.nodes.example_gen`), so each night's run ingests exactly that date's span.
 
 What precedes a run: a first task, `conveyor_prepare`, which every TFX task waits for, puts
 serving back in step with ML Metadata (`pipelines.ops.finish.prepare_airflow_run`). The DAG runs
@@ -102,9 +102,9 @@ def airflow_dag(
         AirflowPipelineConfig,
     )
 
-    from pipelines.build.builder import build_pipeline
-    from pipelines.metadata import connection_config
-    from pipelines.paths import RunPaths
+    from pipelines.builder.pipeline import build_pipeline
+    from pipelines.core.metadata import connection_config
+    from pipelines.core.paths import RunPaths
 
     spec = PipelineSpec.model_validate(resolved_spec)
     paths = RunPaths(workdir=Path(workdir).resolve(), spec=spec)

@@ -1,7 +1,7 @@
 """`conveyor compile`: what Kubeflow Pipelines v2 / Vertex AI or Airflow runs, after the profile
 checks (`pipelines.spec.checks`) pass.
 
-The pipeline is always the one `pipelines.build.builder.build_pipeline` builds; `pipelines.run.
+The pipeline is always the one `pipelines.builder.pipeline.build_pipeline` builds; `pipelines.run.
 kubeflow` and `pipelines.run.airflow` add only orchestrator concerns. This module imports no
 TensorFlow or TFX until it compiles.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pipelines.paths import RunPaths
+from pipelines.core.paths import RunPaths
 from pipelines.spec.checks import (
     ProfileError,
     check_beam_options,

@@ -218,7 +218,7 @@ def compile_pipeline(loaded: LoadedSpec, workdir: str, output: Path) -> list[Pat
     """Writes the PipelineJob JSON to `output` and its schedule next to it; returns both."""
     from tfx.orchestration.kubeflow.v2 import kubeflow_v2_dag_runner as kfp_runner
 
-    from pipelines.build.builder import build_pipeline
+    from pipelines.builder.pipeline import build_pipeline
 
     spec = loaded.spec
     pipeline = build_pipeline(spec, Path(workdir), target=Orchestrator.KUBEFLOW)

@@ -24,16 +24,16 @@ from pathlib import Path
 
 import yaml
 
-from pipelines.build import spans
-from pipelines.metadata import (
+from pipelines.builder import spans
+from pipelines.core.metadata import (
     MetadataConfigError,
     connection_config,
     find_run,
     metadata_password,
     open_store,
 )
-from pipelines.outcome import Outcome, RunResult
-from pipelines.paths import RESOLVED_SPEC, RUN_LOG, RUN_SUMMARY, RunPaths
+from pipelines.core.outcome import Outcome, RunResult
+from pipelines.core.paths import RESOLVED_SPEC, RUN_LOG, RUN_SUMMARY, RunPaths
 from pipelines.run.events import emit
 from pipelines.run.plan import Run
 from pipelines.spec.models import PipelineSpec
@@ -329,7 +329,7 @@ def execute(
         from tfx.orchestration.local.local_dag_runner import LocalDagRunner
         from tfx.orchestration.portable import runtime_parameter_utils
 
-        from pipelines.build.builder import build_pipeline
+        from pipelines.builder.pipeline import build_pipeline
 
         pipeline = build_pipeline(
             spec,
@@ -457,7 +457,7 @@ def summarise(
 
     Args:
       pipeline: the pipeline's name.
-      run_id: the name of the run's context in ML Metadata (see `pipelines.metadata.find_run`).
+      run_id: the name of the run's context in ML Metadata (see `pipelines.core.metadata.find_run`).
       paths: the pipeline's paths (its spec says where the store is).
       failure: what stopped the run: an exception (a `DataGateError` makes the run BLOCKED, any
         other FAILED), or a message in words (FAILED, with that message as is).

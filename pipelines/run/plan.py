@@ -11,8 +11,8 @@ import datetime
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipelines.build import spans
-from pipelines.paths import RunPaths
+from pipelines.builder import spans
+from pipelines.core.paths import RunPaths
 from pipelines.spec.loading import LoadedSpec, SpecError
 from pipelines.spec.models import DataFormat, PipelineSpec
 

@@ -45,7 +45,7 @@ def cmd_deploy_render(args: argparse.Namespace) -> int:
     Exit code: 0 when written; 1 when the spec, its `push.deploy` or the workdir's
     models.config cannot be used (one `error:` line naming the file or key).
     """
-    from pipelines.paths import RunPaths, default_workdir
+    from pipelines.core.paths import RunPaths, default_workdir
     from pipelines.serving.config import ServingConfigError
     from pipelines.serving.manifests import (
         DeployError,

@@ -51,7 +51,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     Exit code: 0 when stopped by Ctrl-C or SIGTERM; 1 (one `error:` line) for a spec error, a
     models.config TF Serving would refuse, or a port that cannot be opened.
     """
-    from pipelines.paths import RunPaths, default_workdir
+    from pipelines.core.paths import RunPaths, default_workdir
     from pipelines.serving.config import MODELS_CONFIG, ServingConfigError, batching_parameters
     from pipelines.serving.runtime.batching import BatchingOptions
     from pipelines.serving.runtime.server import ServerOptions, run_server

@@ -10,7 +10,7 @@ from __future__ import annotations
 import socket
 from pathlib import Path
 
-from pipelines.paths import CONFIGS_DIR
+from pipelines.core.paths import CONFIGS_DIR
 from pipelines.spec.loading import LoadedSpec, SpecError
 from pipelines.spec.models import (
     MetadataKind,
@@ -105,7 +105,7 @@ def check_metadata_reachable(spec: PipelineSpec, timeout: float = 3.0) -> None:
     metadata = spec.runtime.metadata
     if metadata.kind is not MetadataKind.MYSQL:
         return
-    from pipelines.metadata import MetadataConfigError, metadata_password
+    from pipelines.core.metadata import MetadataConfigError, metadata_password
 
     try:
         metadata_password(spec)

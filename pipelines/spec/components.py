@@ -16,7 +16,7 @@ Adding a component: there is one path, whether the component is Conveyor's or a 
      inputs, outputs and parameters from its source, without running it
      (pipelines/spec/custom_components.py);
   3. to make it a built-in type that specs name by `type:` and that wires itself by role, also
-     write its build function, `build(ctx, node_id)`, in `pipelines/build/nodes/<name>.py`: it
+     write its build function, `build(ctx, node_id)`, in `pipelines/builder/nodes/<name>.py`: it
      reads the channels it needs from `ctx.need(role)`, adds its node with `ctx.add(...)` and
      publishes its outputs by role with `ctx.provide(...)`; `ctx.target` says which orchestrator
      it builds for (where it builds differently there, or no node at all, it says so with
@@ -79,7 +79,7 @@ class ComponentType:
         return wanted
 
 
-_NODES = "pipelines.build.nodes"
+_NODES = "pipelines.builder.nodes"
 
 COMPONENT_TYPES: dict[str, ComponentType] = {
     t.name: t

@@ -20,7 +20,7 @@ cannot say (a type built at run time, say), the type is left unknown and TFX che
 pipeline is built; where it cannot say what the inputs are at all, the error says so.
 
 Only the builder imports the component, when it builds the pipeline (run, compile). The
-module's digest keys the node's cache (see pipelines/build/custom.py).
+module's digest keys the node's cache (see pipelines/builder/custom.py).
 """
 
 from __future__ import annotations

@@ -20,7 +20,13 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from pipelines.paths import CONFIGS_DIR, PROJECT_ROOT, SPECS_DIR, project_file, relative_to_project
+from pipelines.core.paths import (
+    CONFIGS_DIR,
+    PROJECT_ROOT,
+    SPECS_DIR,
+    project_file,
+    relative_to_project,
+)
 from pipelines.spec.models import CSV_ONLY_KEYS, DataFormat, PipelineSpec, SchemaSource
 
 # Profile keys that are not spec overlays: `pipelines.<name>` overlays one pipeline only.
@@ -52,7 +58,7 @@ def source_digest(folders: Iterable[str], suffixes: tuple[str, ...]) -> str:
 
 
 def list_pipelines() -> list[str]:
-    """The pipeline names `conveyor` knows: one per `pipelines/specs/<name>.yaml`, sorted."""
+    """The pipeline names `conveyor` knows: one per `specs/<name>.yaml`, sorted."""
     return sorted(p.stem for p in SPECS_DIR.glob("*.yaml"))
 
 
@@ -272,7 +278,7 @@ def load_spec(
     """Loads, layers and validates a pipeline spec.
 
     Args:
-      name_or_path: a pipeline name under `pipelines/specs/` or a path to a YAML file.
+      name_or_path: a pipeline name under `specs/` or a path to a YAML file.
       env: the environment profile under `configs/`.
       overrides: `key.path=value` strings applied last.
       workdir: where relative data paths live; with it, an inferred schema's columns are

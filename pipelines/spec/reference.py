@@ -27,7 +27,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 from pydantic.fields import FieldInfo
 
-from pipelines.paths import PROJECT_ROOT
+from pipelines.core.paths import PROJECT_ROOT
 from pipelines.spec.components import COMPONENT_TYPES, KNOWN_TYPES, Orchestrator
 from pipelines.spec.models import DEFAULT_COMPONENTS, ComponentRef, PipelineSpec
 
@@ -39,8 +39,8 @@ SCHEMA_FILE = "spec.schema.json"
 # only a `$ref` target), which is what yaml-language-server validates with.
 SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
 SCHEMA_ID = "urn:conveyor:spec.schema.json"
-SCHEMA_TITLE = "Conveyor pipeline spec (pipelines/specs/<name>.yaml)"
-# The first line of every spec under pipelines/specs/: the path is relative to the spec file.
+SCHEMA_TITLE = "Conveyor pipeline spec (specs/<name>.yaml)"
+# The first line of every spec under specs/: the path is relative to the spec file.
 MODELINE = "# yaml-language-server: $schema=../../docs/spec.schema.json"
 
 IDENTIFIER_PATTERN = "^[A-Za-z_][A-Za-z0-9_]*$"
@@ -288,7 +288,7 @@ Generated from `pipelines/spec/models.py` and `pipelines/spec/components.py` by 
 (`python -m pipelines.spec.reference`), together with `docs/{SCHEMA_FILE}`: edit those
 modules, not this file. `tests/unit/test_spec_reference.py` fails while either file is stale.
 
-A pipeline is one spec file, `pipelines/specs/<name>.yaml`. `conveyor validate <name>` loads it
+A pipeline is one spec file, `specs/<name>.yaml`. `conveyor validate <name>` loads it
 under each environment profile: defaults < the spec < `configs/<env>.yaml` < `--set
 key.path=value`, merged key by key. Every key below is checked: an unknown key, a wrong type, a
 value out of range or a broken rule across keys is an error that names the file and the key.

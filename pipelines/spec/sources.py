@@ -1,6 +1,6 @@
 """Where a module named in a spec lives, found without importing it (a spec never runs code).
 
-Kept apart from `pipelines.paths` and the models on purpose: the spec models check trainer
+Kept apart from `pipelines.core.paths` and the models on purpose: the spec models check trainer
 modules and custom components through this, so it imports nothing of Conveyor's.
 """
 
@@ -10,8 +10,7 @@ import importlib.machinery
 import sys
 from pathlib import Path
 
-# The repository root (this file is pipelines/spec/sources.py); `pipelines.paths` re-exports it.
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
+from pipelines.core.paths import PROJECT_ROOT
 
 
 class SourceNotFound(ValueError):

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from pipelines import cli
-from pipelines.build.builder import build_pipeline
-from pipelines.build.spans import RANGE_CONFIG_TEMPLATE
-from pipelines.paths import REPORT_FILE, RUN_SUMMARY, RunPaths
+from pipelines.builder.pipeline import build_pipeline
+from pipelines.builder.spans import RANGE_CONFIG_TEMPLATE
+from pipelines.core.paths import REPORT_FILE, RUN_SUMMARY, RunPaths
 from pipelines.run.airflow import FINAL_TASK_ID, FIRST_TASK_ID
 from pipelines.spec.loading import load_spec
 
@@ -157,7 +157,7 @@ def test_airflow_dags_test_runs_penguin_to_a_pushed_model(airflow):
     assert push["version"] == 1
     assert push["model_uri"].startswith(str(workdir / "pipeline_root" / "penguin" / "trainer"))
     # The run is in the profile's ML Metadata, under Airflow's run id.
-    from pipelines import metadata
+    from pipelines.core import metadata
 
     spec = load_spec("penguin", env="airflow").spec
     store = metadata.open_store(spec, workdir / spec.runtime.metadata.path)

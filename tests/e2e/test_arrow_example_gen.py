@@ -11,8 +11,8 @@ from tensorflow_metadata.proto.v0 import statistics_pb2
 
 from components.statistics_gen.executor import READ_FROM_PROPERTY, READ_PARQUET, READ_TF_EXAMPLE
 from pipelines import cli
+from pipelines.core.paths import RunPaths
 from pipelines.ops import nightly
-from pipelines.paths import RunPaths
 from pipelines.spec.loading import load_spec
 
 # Only the data path of the taxi spec: no gate, window or warm start to wire.
@@ -82,7 +82,7 @@ def _statistics(root, split) -> dict:
 
 def _read_from(run: RunPaths) -> list[str]:
     """What each statistics artifact in the run's metadata says TFDV read."""
-    from pipelines.metadata import custom_property, open_store
+    from pipelines.core.metadata import custom_property, open_store
 
     store = open_store(run.spec, run.metadata_path)
     return [

@@ -8,8 +8,8 @@ import yaml
 from google.protobuf import json_format
 
 from pipelines import cli
+from pipelines.core.paths import RunPaths
 from pipelines.ops import nightly
-from pipelines.paths import RunPaths
 from pipelines.spec.loading import SPECS_DIR, load_spec
 from tests.conftest import assert_same_up_to_float_sums
 

@@ -6,9 +6,10 @@ import pytest
 import tensorflow as tf
 import yaml
 
-from pipelines import cli, metadata
+from pipelines import cli
+from pipelines.core import metadata
+from pipelines.core.paths import RunPaths
 from pipelines.ops import nightly
-from pipelines.paths import RunPaths
 from pipelines.spec.loading import SPECS_DIR, load_spec
 
 COMPONENTS = [

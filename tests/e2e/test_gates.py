@@ -14,9 +14,10 @@ import shutil
 import pytest
 
 from components.pusher.layout import model_digest
-from pipelines import cli, metadata
+from pipelines import cli
+from pipelines.core import metadata
+from pipelines.core.paths import RunPaths
 from pipelines.ops import nightly, serving_state
-from pipelines.paths import RunPaths
 from pipelines.spec.loading import load_spec
 from tests.conftest import run_artifacts
 

@@ -19,8 +19,8 @@ import pandas as pd
 import pytest
 import tensorflow as tf
 
+from pipelines.core.paths import RunPaths
 from pipelines.ops import nightly
-from pipelines.paths import RunPaths
 from pipelines.spec.loading import load_spec
 from tests.unit.test_init_command import penguins_csv, run_init, taxi_fares_csv, taxi_like_csv
 

@@ -19,9 +19,10 @@ import pytest
 import tensorflow as tf
 
 from components.arrow_example_gen.splits import COLUMNAR_PROPERTY
-from pipelines import cli, metadata
+from pipelines import cli
+from pipelines.core import metadata
+from pipelines.core.paths import RunPaths
 from pipelines.ops import nightly
-from pipelines.paths import RunPaths
 from pipelines.spec.loading import load_spec
 
 DATA_PATH_ONLY = ["components=[{type: csv_example_gen}, {type: statistics_gen}]"]

@@ -11,8 +11,8 @@ import pytest
 from google.protobuf import json_format
 
 from pipelines import cli
-from pipelines.build.builder import build_pipeline
-from pipelines.paths import PROJECT_ROOT
+from pipelines.builder.pipeline import build_pipeline
+from pipelines.core.paths import PROJECT_ROOT
 from pipelines.run.kubeflow import EXECUTOR_COMMAND, EXIT_HANDLER_ID, PIPELINE_DAG, job_tasks
 from pipelines.spec import loading as config
 from pipelines.spec.loading import load_spec

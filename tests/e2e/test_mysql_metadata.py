@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from pipelines import cli, metadata
+from pipelines import cli
+from pipelines.core import metadata
+from pipelines.core.paths import PROJECT_ROOT, RunPaths
 from pipelines.ops import nightly
-from pipelines.paths import PROJECT_ROOT, RunPaths
 from pipelines.spec.loading import load_spec
 
 PASSWORD = "conveyor-test-password"

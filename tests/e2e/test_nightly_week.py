@@ -15,12 +15,13 @@ import pandas as pd
 import pytest
 import tensorflow as tf
 
-from pipelines import cli, metadata
-from pipelines.build import spans
+from pipelines import cli
+from pipelines.builder import spans
+from pipelines.core import metadata
+from pipelines.core.paths import RunPaths
 from pipelines.datasets.taxi import write_rows
 from pipelines.datasets.taxi_nights import DROPPED_COLUMN, LABEL, write_week
 from pipelines.ops import nightly
-from pipelines.paths import RunPaths
 from pipelines.spec.loading import load_spec
 
 FIRST_NIGHT = datetime.date(2026, 11, 23)

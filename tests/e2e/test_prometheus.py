@@ -26,8 +26,8 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from pipelines.core.paths import PROJECT_ROOT, RunPaths
 from pipelines.ops import nightly
-from pipelines.paths import PROJECT_ROOT, RunPaths
 from pipelines.spec.loading import load_spec
 from tests import system_packages
 from tests.conftest import copy_fixture

@@ -13,9 +13,10 @@ import sys
 import numpy as np
 import pytest
 
-from pipelines import cli, metadata
+from pipelines import cli
+from pipelines.core import metadata
+from pipelines.core.paths import RunPaths
 from pipelines.ops import labels, nightly
-from pipelines.paths import RunPaths
 from pipelines.serving.config import MODELS_CONFIG, read_models_config
 from pipelines.spec.loading import load_spec
 from tests.conftest import run_artifacts

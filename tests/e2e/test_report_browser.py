@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
+from pipelines.core.paths import PROJECT_ROOT
 from pipelines.ops import charts
-from pipelines.paths import PROJECT_ROOT
 
 pytestmark = pytest.mark.e2e
 

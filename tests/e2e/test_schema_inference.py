@@ -6,9 +6,10 @@ column turned to text stops at the data gate, as it does against the curated sch
 run to infer its own schema, the third would infer a text column and pass.
 """
 
-from pipelines import cli, metadata
+from pipelines import cli
+from pipelines.core import metadata
+from pipelines.core.paths import RunPaths
 from pipelines.ops import nightly
-from pipelines.paths import RunPaths
 from pipelines.spec.loading import load_spec
 from tests.conftest import copy_fixture
 

@@ -10,8 +10,8 @@ import shutil
 import pytest
 
 from pipelines import cli
+from pipelines.core.paths import PROJECT_ROOT, RunPaths
 from pipelines.ops import nightly
-from pipelines.paths import PROJECT_ROOT, RunPaths
 from pipelines.spec.loading import load_spec
 
 pytestmark = pytest.mark.e2e

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from pipelines.paths import PROJECT_ROOT
+from pipelines.core.paths import PROJECT_ROOT
 from tests.half_plus_two import write_half_plus_two
 from tests.serving_server import serving
 

@@ -6,8 +6,8 @@ columns (tests/e2e/test_tflite.py has the rest of TF Lite, on penguin)."""
 import tensorflow as tf
 
 from pipelines import cli
+from pipelines.core.paths import RunPaths
 from pipelines.ops import nightly
-from pipelines.paths import RunPaths
 from pipelines.spec.loading import load_spec
 from pipelines.spec.models import TFLITE_DEFAULT_TOLERANCE, TfLiteQuantization
 from tests.tflite_check import largest_difference

@@ -11,9 +11,9 @@ import pytest
 import tensorflow as tf
 import yaml
 
-from pipelines import metadata
+from pipelines.core import metadata
+from pipelines.core.paths import RunPaths
 from pipelines.ops import nightly
-from pipelines.paths import RunPaths
 from pipelines.spec.loading import load_spec
 
 PENGUIN_TFX = "tfx.examples.penguin.penguin_utils_keras"

@@ -15,10 +15,11 @@ from types import SimpleNamespace
 import pytest
 from google.protobuf import json_format
 
-from pipelines import cli, metadata
-from pipelines.build.nodes.evaluator import eval_config
+from pipelines import cli
+from pipelines.builder.nodes.evaluator import eval_config
+from pipelines.core import metadata
+from pipelines.core.paths import RunPaths
 from pipelines.ops import nightly
-from pipelines.paths import RunPaths
 from pipelines.spec.loading import load_spec
 from tests.conftest import run_artifacts
 

@@ -5,9 +5,10 @@ import json
 
 import pandas as pd
 
-from pipelines import cli, metadata
+from pipelines import cli
+from pipelines.core import metadata
+from pipelines.core.paths import RunPaths
 from pipelines.ops import nightly
-from pipelines.paths import RunPaths
 from pipelines.spec.loading import load_spec
 from pipelines.spec.models import DEFAULT_COMPONENTS
 

@@ -17,8 +17,8 @@ import pytest
 from components.csv_input import checks
 from components.pusher.layout import model_digest
 from pipelines import cli
+from pipelines.core.paths import RunPaths
 from pipelines.ops import nightly
-from pipelines.paths import RunPaths
 from pipelines.spec.loading import load_spec
 from tests.conftest import DATA_DIR
 

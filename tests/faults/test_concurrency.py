@@ -18,9 +18,9 @@ import time
 import pytest
 
 from pipelines import cli
+from pipelines.core.outcome import EXIT_BUSY, Outcome, RunResult
+from pipelines.core.paths import PROJECT_ROOT, RunPaths
 from pipelines.ops import nightly
-from pipelines.outcome import EXIT_BUSY, Outcome, RunResult
-from pipelines.paths import PROJECT_ROOT, RunPaths
 from pipelines.run.plan import Run
 from pipelines.spec.loading import load_spec
 
@@ -29,7 +29,7 @@ import sys
 from pathlib import Path
 
 from pipelines.ops import nightly
-from pipelines.paths import RunPaths
+from pipelines.core.paths import RunPaths
 from pipelines.spec.loading import load_spec
 
 spec = load_spec(sys.argv[1], env="ci").spec

@@ -13,8 +13,8 @@ import pytest
 
 from components.pusher import layout
 from pipelines import cli
+from pipelines.core.paths import RunPaths
 from pipelines.ops import nightly, serving_state
-from pipelines.paths import RunPaths
 from pipelines.spec.loading import load_spec
 
 pytestmark = pytest.mark.e2e

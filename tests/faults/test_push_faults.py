@@ -24,10 +24,10 @@ import pytest
 
 from components.failpoints import ENV as FAILPOINT
 from components.pusher import layout
-from pipelines import metadata
+from pipelines.core import metadata
+from pipelines.core.outcome import EXIT_FAILED
+from pipelines.core.paths import PROJECT_ROOT, RunPaths
 from pipelines.ops import serving_state
-from pipelines.outcome import EXIT_FAILED
-from pipelines.paths import PROJECT_ROOT, RunPaths
 from pipelines.spec.loading import load_spec
 from pipelines.spec.models import TFLITE_DEFAULT_TOLERANCE, TfLiteQuantization
 

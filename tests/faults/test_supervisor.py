@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from pipelines.build.spans import SpanError
+from pipelines.builder.spans import SpanError
+from pipelines.core.outcome import EXIT_FAILED, Outcome, RunResult
+from pipelines.core.paths import PROJECT_ROOT, REPORT_FILE, RUN_SUMMARY, RunPaths
 from pipelines.ops import nightly
-from pipelines.outcome import EXIT_FAILED, Outcome, RunResult
-from pipelines.paths import PROJECT_ROOT, REPORT_FILE, RUN_SUMMARY, RunPaths
 from pipelines.run.plan import Run
 from pipelines.spec.loading import load_spec
 from tests.conftest import recording_webhook

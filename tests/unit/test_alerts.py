@@ -11,10 +11,10 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 import pytest
 
 from pipelines import cli
+from pipelines.core.outcome import EXIT_BLOCKED, Outcome, RunResult
+from pipelines.core.paths import RunPaths
 from pipelines.ops import alerts
 from pipelines.ops.alerts import send_alert
-from pipelines.outcome import EXIT_BLOCKED, Outcome, RunResult
-from pipelines.paths import RunPaths
 from pipelines.spec.loading import load_spec
 from tests.conftest import recording_webhook
 

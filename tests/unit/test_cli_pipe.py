@@ -4,7 +4,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from pipelines.paths import PROJECT_ROOT
+from pipelines.core.paths import PROJECT_ROOT
 
 
 def _conveyor() -> list[str]:

@@ -102,7 +102,7 @@ def test_a_point_value_tfma_passes_is_never_failed():
 
 
 def test_confidence_is_off_by_default_and_the_evalconfig_unchanged():
-    from pipelines.build.nodes.evaluator import eval_config
+    from pipelines.builder.nodes.evaluator import eval_config
 
     spec = load_spec("taxi").spec
     assert spec.evaluation.confidence is None
@@ -115,7 +115,7 @@ def test_confidence_is_off_by_default_and_the_evalconfig_unchanged():
 def test_the_evalconfig_computes_intervals_with_the_chosen_method(method, tfma_method):
     import tensorflow_model_analysis as tfma
 
-    from pipelines.build.nodes.evaluator import eval_config
+    from pipelines.builder.nodes.evaluator import eval_config
 
     spec = load_spec("taxi", overrides=[f"evaluation.confidence={{method: {method}}}"]).spec
     assert spec.evaluation.confidence.level == 0.95
@@ -144,7 +144,7 @@ def test_the_build_swaps_in_the_gate_under_the_same_id_and_outputs(tmp_path):
     from tfx.components import Evaluator as TfxEvaluator
 
     from components.evaluator.component import Evaluator
-    from pipelines.build.builder import build_pipeline
+    from pipelines.builder.pipeline import build_pipeline
 
     def evaluator(overrides):
         pipeline = build_pipeline(load_spec("taxi", overrides=overrides).spec, tmp_path)
@@ -171,7 +171,7 @@ def _write_evaluation(uri, spec, values: dict) -> None:
     from tensorflow_model_analysis.evaluators import metrics_validator
     from tensorflow_model_analysis.writers import metrics_plots_and_validations_writer as writer
 
-    from pipelines.build.nodes.evaluator import eval_config
+    from pipelines.builder.nodes.evaluator import eval_config
 
     config = tfma.utils.update_eval_config_with_defaults(
         eval_config(spec), has_baseline=True, rubber_stamp=True
@@ -197,7 +197,7 @@ def _gate(tmp_path, values: dict, blessed_by_tfma: bool):
     from tfx.utils import proto_utils
 
     from components.evaluator.executor import Executor
-    from pipelines.build.nodes.evaluator import eval_config
+    from pipelines.builder.nodes.evaluator import eval_config
 
     spec = load_spec("taxi", overrides=[CONFIDENCE]).spec
     evaluation = standard_artifacts.ModelEvaluation()
@@ -231,7 +231,7 @@ def test_the_overall_metrics_are_recorded_on_the_evaluation(tmp_path):
     from tfx.types import standard_artifacts
 
     from components.evaluator.executor import Executor, record_overall_metrics
-    from pipelines.build.builder import build_pipeline
+    from pipelines.builder.pipeline import build_pipeline
 
     evaluation = standard_artifacts.ModelEvaluation()
     evaluation.uri = str(tmp_path / "evaluation")

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pipelines.paths import PROJECT_ROOT, RunPaths
+from pipelines.core.paths import PROJECT_ROOT, RunPaths
 from pipelines.spec.components import COMPONENT_TYPES, ROLE_TYPES, Port
 from pipelines.spec.custom_components import (
     STANDARD_ARTIFACTS,
@@ -232,7 +232,7 @@ def test_a_custom_component_can_provide_a_role_a_later_built_in_needs(tmp_path):
 
 
 def _built(tmp_path: Path, components: list):
-    from pipelines.build.builder import build_nodes
+    from pipelines.builder.pipeline import build_nodes
 
     spec = load_spec(str(write_spec(tmp_path, components))).spec
     ctx = build_nodes(spec, RunPaths(workdir=tmp_path / "work", spec=spec))
@@ -240,7 +240,7 @@ def _built(tmp_path: Path, components: list):
 
 
 def test_the_trainer_reads_the_custom_node_s_output_and_the_node_runs_after_the_gate(tmp_path):
-    from pipelines.build.custom import CODE_VERSION_FLAG
+    from pipelines.builder.custom import CODE_VERSION_FLAG
     from pipelines.spec.user_code import code_digest
 
     nodes, _ = _built(
@@ -285,7 +285,7 @@ def test_a_class_component_keeping_base_init_is_built_from_its_spec_class(tmp_pa
 
 
 def test_a_component_whose_module_fails_to_import_fails_the_build_naming_the_entry(tmp_path):
-    from pipelines.build.context import BuildError
+    from pipelines.builder.context import BuildError
 
     entry = drop_missing(component="tests.user_code.broken_component.Broken", params={})
     entry.pop("provides")

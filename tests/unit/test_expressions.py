@@ -9,8 +9,8 @@ import pytest
 import yaml
 
 from pipelines import cli
+from pipelines.core.paths import SPECS_DIR
 from pipelines.datasets.prepare import DataPreparationError, packaged_file, prepare
-from pipelines.paths import SPECS_DIR
 from pipelines.spec import expressions
 from pipelines.spec import loading as config
 from pipelines.spec.loading import SpecError, load_spec

@@ -5,8 +5,8 @@ import shutil
 
 import pytest
 
+from pipelines.core.paths import RunPaths
 from pipelines.ops import fingerprint
-from pipelines.paths import RunPaths
 from pipelines.spec.loading import load_spec
 
 

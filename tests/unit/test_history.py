@@ -15,9 +15,9 @@ from ml_metadata.proto import metadata_store_pb2 as mlmd
 from tensorflow_metadata.proto.v0 import statistics_pb2
 
 from pipelines import cli
-from pipelines.metadata import connection_config, run_history
+from pipelines.core.metadata import connection_config, run_history
+from pipelines.core.paths import RunPaths
 from pipelines.ops import history
-from pipelines.paths import RunPaths
 from pipelines.spec.loading import load_spec
 
 NIGHTS = 100

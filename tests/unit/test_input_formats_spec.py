@@ -11,7 +11,7 @@ import yaml
 
 from components.parquet_example_gen import executor
 from pipelines import cli
-from pipelines.paths import SPECS_DIR
+from pipelines.core.paths import SPECS_DIR
 from pipelines.spec.loading import SpecError, load_spec
 from pipelines.spec.models import DataFormat
 

@@ -20,9 +20,9 @@ from ml_metadata.proto import metadata_store_pb2
 
 from components.pusher import layout
 from pipelines import cli
-from pipelines.metadata import connection_config, custom_property
+from pipelines.core.metadata import connection_config, custom_property
+from pipelines.core.paths import PROJECT_ROOT, RunPaths
 from pipelines.ops import labels, serving_state
-from pipelines.paths import PROJECT_ROOT, RunPaths
 from pipelines.serving.config import MODELS_CONFIG, read_models_config, served_models
 from pipelines.spec.loading import load_spec
 

@@ -1,67 +1,121 @@
-"""The house's shape, checked: the packages read spec -> build -> run -> serving -> ops, with no
-module importing a later layer, and no import cycles, lazy imports inside functions included."""
+"""The house's shape, checked over every package: one order of layers, no module importing a
+later layer, no import cycles (lazy imports inside functions included), and executors that
+never reach up into operations, runners or the command line.
+
+The order, lowest first (docs/architecture.md says what each holds):
+
+    pipelines.core             paths, outcomes and reason codes, ML Metadata access
+    pipelines.spec             what a pipeline is: the strict, frozen spec
+    pipelines.datasets         packaged and generated data (`conveyor data`)
+    pipelines.serving_state    serving state: versions, models.config, labels, hold, reconcile
+    components                 TFX components: executors run inside any orchestrator's task
+    pipelines.builder          spec -> tfx.dsl.Pipeline
+    pipelines.run              orchestrators: local, Airflow, Kubeflow, compile
+    pipelines.serving          the model server and serving manifests
+    pipelines.ops              what surrounds runs: the nightly loop, the end of a run, reports
+    pipelines.cli              the `conveyor` command
+    monitoring, bench          generated dashboards and benchmarks, on top of everything
+
+Imports inside `if TYPE_CHECKING:` are annotations only and do not count.
+"""
 
 import ast
 from pathlib import Path
 
-from pipelines.paths import PROJECT_ROOT
+from pipelines.core.paths import FRAMEWORK_ROOT
 
-# Each layer may import itself and the layers before it (and the shared modules below).
-LAYERS = ["spec", "build", "run", "serving", "ops"]
-SHARED = {"pipelines.paths", "pipelines.outcome", "pipelines.metadata"}
+LAYERS = [
+    "pipelines.core",
+    "pipelines.spec",
+    "pipelines.datasets",
+    "pipelines.serving_state",
+    "components",
+    "pipelines.builder",
+    "pipelines.run",
+    "pipelines.serving",
+    "pipelines.ops",
+    "pipelines.cli",
+    "monitoring",
+    "bench",
+]
+PACKAGES = ("pipelines", "components", "monitoring", "bench")
+# What no executor (anything under components/) may import, even lazily.
+ABOVE_EXECUTORS = ("pipelines.ops", "pipelines.run", "pipelines.cli", "pipelines.serving")
 
 
 def _module_name(path: Path) -> str:
-    parts = path.relative_to(PROJECT_ROOT).with_suffix("").parts
+    parts = path.relative_to(FRAMEWORK_ROOT).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _type_checking_nodes(tree: ast.AST) -> set[int]:
+    """ids of the nodes inside `if TYPE_CHECKING:` blocks."""
+    skipped = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            for child in node.body:
+                skipped.update(id(n) for n in ast.walk(child))
+    return skipped
 
 
 def _imports() -> dict[str, set[str]]:
     """Module -> the Conveyor modules it imports anywhere in its body (lazy imports too)."""
     graph = {}
-    for path in sorted((PROJECT_ROOT / "pipelines").rglob("*.py")):
-        name = _module_name(path)
-        found = set()
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-                base = node.module
-                for alias in node.names:
-                    candidate = f"{base}.{alias.name}"
-                    if (PROJECT_ROOT / Path(*candidate.split("."))).with_suffix(".py").exists():
-                        found.add(candidate)
-                    else:
-                        found.add(base)
-            elif isinstance(node, ast.Import):
-                found.update(alias.name for alias in node.names)
-        graph[name] = {m for m in found if m.startswith("pipelines")} - {name}
+    for package in PACKAGES:
+        for path in sorted((FRAMEWORK_ROOT / package).rglob("*.py")):
+            name = _module_name(path)
+            tree = ast.parse(path.read_text())
+            skipped = _type_checking_nodes(tree)
+            found = set()
+            for node in ast.walk(tree):
+                if id(node) in skipped:
+                    continue
+                if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                    base = node.module
+                    for alias in node.names:
+                        candidate = f"{base}.{alias.name}"
+                        as_file = FRAMEWORK_ROOT / Path(*candidate.split("."))
+                        if as_file.with_suffix(".py").exists() or as_file.is_dir():
+                            found.add(candidate)
+                        else:
+                            found.add(base)
+                elif isinstance(node, ast.Import):
+                    found.update(alias.name for alias in node.names)
+            graph[name] = {m for m in found if m.split(".")[0] in PACKAGES} - {name}
     return graph
 
 
 def _layer(module: str) -> int | None:
-    parts = module.split(".")
-    if len(parts) > 1 and parts[1] in LAYERS:
-        return LAYERS.index(parts[1])
+    for index, layer in enumerate(LAYERS):
+        if module == layer or module.startswith(layer + "."):
+            return index
     return None
+
+
+def test_every_module_has_a_layer():
+    assert [m for m in _imports() if _layer(m) is None and m not in PACKAGES] == []
 
 
 def test_no_module_imports_a_later_layer():
     wrong = []
     for module, imported in _imports().items():
         own = _layer(module)
-        if own is None:
-            continue
         for other in imported:
             theirs = _layer(other)
-            if theirs is not None and theirs > own:
+            if own is not None and theirs is not None and theirs > own:
                 wrong.append(f"{module} imports {other}")
+    assert sorted(wrong) == []
+
+
+def test_no_executor_imports_operations_runners_or_the_cli():
+    wrong = [
+        f"{module} imports {other}"
+        for module, imported in _imports().items()
+        if module.startswith("components.")
+        for other in imported
+        if other.startswith(ABOVE_EXECUTORS)
+    ]
     assert wrong == []
-
-
-def test_shared_modules_import_no_layer_but_the_spec():
-    graph = _imports()
-    for module in SHARED:
-        later = [m for m in graph[module] if (_layer(m) or 0) > 0]
-        assert later == [], module
 
 
 def test_no_import_cycles():
@@ -87,7 +141,7 @@ def test_no_import_cycles():
 
 
 def test_the_cli_imports_no_heavy_library_at_module_level():
-    tree = ast.parse((PROJECT_ROOT / "pipelines" / "cli.py").read_text())
+    tree = ast.parse((FRAMEWORK_ROOT / "pipelines" / "cli.py").read_text())
     top = [n for n in tree.body if isinstance(n, ast.Import | ast.ImportFrom)]
     names = {a.name for n in top if isinstance(n, ast.Import) for a in n.names}
     names |= {n.module for n in top if isinstance(n, ast.ImportFrom) and n.module}

@@ -11,7 +11,7 @@ import yaml
 from kubernetes import client as k8s
 from kubernetes.utils import parse_quantity
 
-from pipelines.paths import RunPaths
+from pipelines.core.paths import RunPaths
 from pipelines.serving import manifests
 from pipelines.serving.config import (
     BATCHING_CONFIG,

@@ -8,8 +8,8 @@ import subprocess
 import pytest
 import yaml
 
+from pipelines.core.paths import PROJECT_ROOT
 from pipelines.ops import metrics
-from pipelines.paths import PROJECT_ROOT
 from tests import system_packages
 
 RULES_DIR = PROJECT_ROOT / "monitoring" / "rules"

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from pipelines import cli
-from pipelines.build import spans
+from pipelines.builder import spans
 from pipelines.ops import nightly
 from pipelines.spec.loading import SpecError, load_spec
 

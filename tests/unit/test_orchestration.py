@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from pipelines import cli
-from pipelines.paths import PROJECT_ROOT
+from pipelines.core.paths import PROJECT_ROOT
 from pipelines.spec import checks
 from pipelines.spec import loading as config
 from pipelines.spec.loading import SpecError, load_spec

@@ -4,9 +4,9 @@ import datetime
 
 import pytest
 
-from pipelines.build.context import use_arrow_reader
-from pipelines.build.spans import span_of_date
-from pipelines.paths import RunPaths
+from pipelines.builder.context import use_arrow_reader
+from pipelines.builder.spans import span_of_date
+from pipelines.core.paths import RunPaths
 from pipelines.spec.loading import load_spec
 
 # 10 KiB: one night's file below, the other above.
@@ -66,7 +66,7 @@ def test_a_spec_without_spans_sizes_the_files_in_its_input_dir(tmp_path):
 
 
 def test_the_built_example_gen_reads_a_big_night_with_arrow(taxi):
-    from pipelines.build.builder import build_nodes
+    from pipelines.builder.pipeline import build_nodes
 
     def example_gen(night):
         ctx = build_nodes(taxi.spec, taxi, "local", span(night))

@@ -7,7 +7,7 @@ from ml_metadata.metadata_store import metadata_store
 from ml_metadata.proto import metadata_store_pb2 as mlmd
 from tensorflow_metadata.proto.v0 import statistics_pb2
 
-from pipelines.metadata import (
+from pipelines.core.metadata import (
     ArtifactRecord,
     NodeArtifacts,
     NodeRecord,
@@ -15,10 +15,10 @@ from pipelines.metadata import (
     find_output,
     read_run_artifacts,
 )
+from pipelines.core.outcome import Outcome, RunResult
+from pipelines.core.paths import RunPaths
 from pipelines.ops import report
 from pipelines.ops.report import find_report, recent_run_ids, render_report, write_report
-from pipelines.outcome import Outcome, RunResult
-from pipelines.paths import RunPaths
 from pipelines.spec.loading import load_spec
 
 RUN_ID = "penguin-20261129T020000.000000Z"

@@ -15,10 +15,10 @@ from ml_metadata.metadata_store import metadata_store
 from ml_metadata.proto import metadata_store_pb2 as mlmd
 from tensorflow_metadata.proto.v0 import statistics_pb2
 
-from pipelines.metadata import NodeRecord, connection_config, read_run_artifacts
+from pipelines.core.metadata import NodeRecord, connection_config, read_run_artifacts
+from pipelines.core.outcome import Outcome, RunResult
+from pipelines.core.paths import RunPaths
 from pipelines.ops import charts, report
-from pipelines.outcome import Outcome, RunResult
-from pipelines.paths import RunPaths
 from pipelines.run.events import Event, JsonLog, emit
 from pipelines.spec.loading import load_spec
 from tests.unit.test_report import RUN_ID, _Recorder

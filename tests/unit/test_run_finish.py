@@ -20,9 +20,9 @@ import pytest
 from ml_metadata.metadata_store import metadata_store
 from ml_metadata.proto import metadata_store_pb2 as mlmd
 
-from pipelines.metadata import connection_config
+from pipelines.core.metadata import connection_config
+from pipelines.core.paths import REPORT_FILE, RUN_SUMMARY, RunPaths
 from pipelines.ops import finish
-from pipelines.paths import REPORT_FILE, RUN_SUMMARY, RunPaths
 from pipelines.spec.loading import load_spec
 from tests.conftest import recording_webhook, running_pushgateway
 
@@ -524,7 +524,7 @@ def test_a_kubeflow_profile_refuses_a_textfile_inside_the_pod():
 
 def test_the_report_reads_an_airflow_run_back(night):
     """The report and `find_run` find a run TFX's Airflow runner recorded (no `node` contexts)."""
-    from pipelines.metadata import find_run, open_store, read_run_artifacts
+    from pipelines.core.metadata import find_run, open_store, read_run_artifacts
 
     spec, paths = night
     store = LegacyStore(spec, paths, DAG_RUN_ID)

@@ -17,10 +17,10 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from tensorflow_metadata.proto.v0 import statistics_pb2
 
-from pipelines.metadata import NodeRecord, connection_config
+from pipelines.core.metadata import NodeRecord, connection_config
+from pipelines.core.outcome import Outcome, RunResult
+from pipelines.core.paths import RunPaths
 from pipelines.ops import finish, metrics, report
-from pipelines.outcome import Outcome, RunResult
-from pipelines.paths import RunPaths
 from pipelines.run.plan import Run
 from pipelines.spec.loading import LoadedSpec, load_spec
 from tests.conftest import running_pushgateway

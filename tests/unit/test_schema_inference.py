@@ -13,10 +13,10 @@ import pytest
 from ml_metadata.metadata_store import metadata_store
 from ml_metadata.proto import metadata_store_pb2 as mlmd
 
-from pipelines import metadata
-from pipelines.build.nodes.schema_gen import gate_node_ids, previous_schema
+from pipelines.builder.nodes.schema_gen import gate_node_ids, previous_schema
+from pipelines.core import metadata
+from pipelines.core.paths import RunPaths
 from pipelines.ops import fingerprint
-from pipelines.paths import RunPaths
 from pipelines.spec.loading import load_spec
 
 COMPLETE, CACHED, FAILED = mlmd.Execution.COMPLETE, mlmd.Execution.CACHED, mlmd.Execution.FAILED
@@ -118,7 +118,7 @@ def blocked_run(runs: RecordedRuns, stamp: str, schema) -> str:
 
 
 def schema_node(paths: RunPaths, target: str = "local"):
-    from pipelines.build.builder import build_nodes
+    from pipelines.builder.pipeline import build_nodes
 
     ctx = build_nodes(paths.spec, paths, target, None)
     [node] = [n for n in ctx.nodes if n.id == "schema_gen"]
@@ -230,7 +230,7 @@ def test_the_fingerprint_holds_the_schema_the_run_will_import(penguin):
 
 
 def test_a_lost_schema_file_stops_the_build_instead_of_inferring_again(penguin):
-    from pipelines.build.context import BuildError
+    from pipelines.builder.context import BuildError
 
     runs = recorded(penguin)
     accepted_run(runs, "20261129T010000", SCHEMA_A)

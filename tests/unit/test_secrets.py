@@ -8,7 +8,7 @@ import pytest
 from absl import logging as absl_logging
 from ml_metadata.proto import metadata_store_pb2
 
-from pipelines.paths import RunPaths
+from pipelines.core.paths import RunPaths
 from pipelines.run import local
 from pipelines.run.plan import Run
 from pipelines.spec.loading import load_spec
@@ -47,7 +47,7 @@ def test_the_secrets_of_a_run_are_its_password_and_webhook(mysql_spec):
 
 
 def test_no_secret_reaches_the_run_log_or_stderr(mysql_spec, tmp_path, capfd):
-    from pipelines.metadata import connection_config
+    from pipelines.core.metadata import connection_config
 
     log_file = tmp_path / "run.log"
     progress_lines: list[str] = []

@@ -6,8 +6,8 @@ from ml_metadata.metadata_store import metadata_store
 from ml_metadata.proto import metadata_store_pb2
 
 from components.pusher import layout
+from pipelines.core.paths import RunPaths
 from pipelines.ops import serving_state
-from pipelines.paths import RunPaths
 from pipelines.spec.loading import load_spec
 
 
@@ -19,7 +19,7 @@ def _paths(tmp_path, keep=None) -> RunPaths:
 def _record_pushes(paths: RunPaths, versions) -> None:
     """What TFX leaves in ML Metadata after pushes: a pipeline context and PushedModel
     artifacts carrying Conveyor's `pushed` and `pushed_version` properties."""
-    from pipelines.metadata import connection_config
+    from pipelines.core.metadata import connection_config
 
     store = metadata_store.MetadataStore(connection_config(paths.spec, paths.metadata_path))
     context_type = store.put_context_type(metadata_store_pb2.ContextType(name="pipeline"))

@@ -4,7 +4,7 @@ import datetime
 
 import pytest
 
-from pipelines.build import spans
+from pipelines.builder import spans
 from pipelines.spec.loading import load_spec
 
 

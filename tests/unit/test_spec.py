@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pipelines.paths import SPECS_DIR
+from pipelines.core.paths import SPECS_DIR
 from pipelines.spec import loading as config
 from pipelines.spec.loading import SpecError, load_spec
 from pipelines.spec.models import DEFAULT_COMPONENTS
@@ -24,7 +24,7 @@ def test_the_project_ships_both_reference_pipelines_and_profiles():
 def test_every_spec_loads_validates_and_builds(name, env, tmp_path):
     from tfx.dsl.compiler import compiler
 
-    from pipelines.build.builder import build_pipeline
+    from pipelines.builder.pipeline import build_pipeline
 
     spec = load_spec(name, env=env).spec
     pipeline = build_pipeline(spec, tmp_path)
@@ -162,7 +162,7 @@ def test_the_component_table_checks_wiring_in_list_order(overrides, message):
 
 
 def test_every_component_type_has_an_importable_build_function():
-    from pipelines.build.builder import build_function
+    from pipelines.builder.pipeline import build_function
     from pipelines.spec.components import COMPONENT_TYPES
 
     for name in COMPONENT_TYPES:
@@ -185,7 +185,7 @@ def test_skipping_bad_rows_needs_a_reader_that_can(tmp_path):
     ],
 )
 def test_reader_auto_chooses_by_input_size(tmp_path, overrides, arrow):
-    from pipelines.build.context import use_arrow_reader
+    from pipelines.builder.context import use_arrow_reader
 
     (tmp_path / "data.csv").write_text("a,b\n1,2\n")
     assert use_arrow_reader(load_spec("penguin", overrides=overrides).spec, tmp_path, None) is arrow
@@ -193,7 +193,7 @@ def test_reader_auto_chooses_by_input_size(tmp_path, overrides, arrow):
 
 @pytest.mark.parametrize(("name", "key"), [("penguin", None), ("taxi", "trip_start_timestamp")])
 def test_split_key_reaches_example_gen_only_when_set(tmp_path, name, key):
-    from pipelines.build.builder import build_pipeline
+    from pipelines.builder.pipeline import build_pipeline
 
     pipeline = build_pipeline(load_spec(name).spec, tmp_path)
     from tfx.proto import example_gen_pb2
@@ -210,7 +210,7 @@ def test_split_key_reaches_example_gen_only_when_set(tmp_path, name, key):
 
 
 def test_thresholds_gate_the_whole_evaluation_set_not_each_slice():
-    from pipelines.build.nodes.evaluator import eval_config
+    from pipelines.builder.nodes.evaluator import eval_config
 
     config = eval_config(load_spec("taxi").spec)
     assert [list(s.feature_keys) for s in config.slicing_specs] == [[], ["payment_type"]]

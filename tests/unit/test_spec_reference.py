@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from pipelines.paths import SPECS_DIR
+from pipelines.core.paths import SPECS_DIR
 from pipelines.spec import models, reference
 from pipelines.spec.components import COMPONENT_TYPES
 from pipelines.spec.loading import SpecError, read_yaml, validate_layers

@@ -11,10 +11,10 @@ import tensorflow as tf
 
 from components.pusher import layout
 from components.tflite import executor
-from pipelines.metadata import ArtifactRecord, NodeArtifacts
+from pipelines.core.metadata import ArtifactRecord, NodeArtifacts
+from pipelines.core.outcome import TFLITE_REFUSAL, Outcome, RunResult
+from pipelines.core.paths import RunPaths
 from pipelines.ops.report import render_report
-from pipelines.outcome import TFLITE_REFUSAL, Outcome, RunResult
-from pipelines.paths import RunPaths
 from pipelines.spec.loading import SpecError, load_spec
 from pipelines.spec.models import DEFAULT_COMPONENTS, TFLITE_DEFAULT_TOLERANCE, TfLiteQuantization
 
@@ -41,7 +41,7 @@ def test_tflite_is_off_by_default_and_the_chain_has_no_converter():
 def test_the_tolerance_defaults_by_quantization_and_reaches_the_converter(
     overrides, tolerance, tmp_path
 ):
-    from pipelines.build.builder import build_pipeline
+    from pipelines.builder.pipeline import build_pipeline
 
     overrides = ["push.tflite.enabled=true", *overrides]
     spec = load_spec("penguin", env="ci", overrides=overrides).spec
@@ -108,7 +108,7 @@ def test_a_converter_after_the_pusher_is_refused_by_the_wiring_check():
 
 
 def test_the_pusher_reads_the_converter_and_the_required_switch(tmp_path):
-    from pipelines.build.builder import build_pipeline
+    from pipelines.builder.pipeline import build_pipeline
 
     overrides = ["push.tflite.enabled=true", "push.tflite.required=true"]
     spec = load_spec("penguin", env="ci", overrides=overrides).spec

@@ -10,12 +10,12 @@ import textwrap
 
 import pytest
 
-from pipelines.metadata import ArtifactRecord, NodeArtifacts
+from pipelines.core.metadata import ArtifactRecord, NodeArtifacts
+from pipelines.core.outcome import Outcome, RunResult
+from pipelines.core.paths import RunPaths
 from pipelines.ops import charts, report
 from pipelines.ops.charts import ChartRenderer
 from pipelines.ops.training_summary import read_training_log
-from pipelines.outcome import Outcome, RunResult
-from pipelines.paths import RunPaths
 from pipelines.spec.loading import SpecError, load_spec
 from tests import toy as toy_data
 

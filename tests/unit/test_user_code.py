@@ -7,7 +7,7 @@ import textwrap
 
 import pytest
 
-from pipelines.build.context import code_version, user_code
+from pipelines.builder.context import code_version, user_code
 from pipelines.spec import user_code as user_code_lib
 from pipelines.spec.loading import SpecError, load_spec
 from pipelines.spec.user_code import Contract, UserCodeError

@@ -15,7 +15,7 @@ def _computations(overrides=(), has_baseline=False):
     import tensorflow_model_analysis as tfma
     from tensorflow_model_analysis.metrics import metric_specs, metric_types
 
-    from pipelines.build.nodes.evaluator import eval_config
+    from pipelines.builder.nodes.evaluator import eval_config
 
     config = tfma.utils.update_eval_config_with_defaults(
         eval_config(load_spec("taxi", overrides=list(overrides)).spec),
@@ -201,7 +201,7 @@ def test_the_engine_is_auto_by_default_and_picks_the_executor(tmp_path):
         Executor,
         VectorizedEngineExecutor,
     )
-    from pipelines.build.builder import build_pipeline
+    from pipelines.builder.pipeline import build_pipeline
 
     def evaluator_executor(overrides):
         pipeline = build_pipeline(load_spec("taxi", overrides=overrides).spec, tmp_path)

@@ -25,13 +25,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from pipelines.spec.sources import PROJECT_ROOT  # noqa: F401 (one definition, re-exported)
+# The repository root (this file is pipelines/core/paths.py).
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+# Where the framework itself is installed (the same folder while Conveyor runs from its source).
+FRAMEWORK_ROOT = PROJECT_ROOT
 
 if TYPE_CHECKING:  # the spec models import this module's constants for nothing at run time
     from pipelines.spec.models import PipelineSpec
 
 
-SPECS_DIR = PROJECT_ROOT / "pipelines" / "specs"
+SPECS_DIR = PROJECT_ROOT / "specs"
 CONFIGS_DIR = PROJECT_ROOT / "configs"
 LOCK_FILE = PROJECT_ROOT / "requirements.lock"
 # The project's own code whose digest is part of a run's code version and fingerprint.

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pipelines.build.context import BuildContext, code_version, user_code
+from pipelines.builder.context import BuildContext, code_version, user_code
 
 # Transform runs Conveyor's wrapper, which imports the team's module at run time and calls its
 # preprocessing_fn unchanged, naming the module when it fails.

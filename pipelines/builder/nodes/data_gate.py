@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from pipelines.build.context import BuildContext
+from pipelines.builder.context import BuildContext
 from pipelines.spec.components import Orchestrator
 
 
@@ -16,7 +16,7 @@ def build(ctx: BuildContext, node_id: str) -> None:
     earlier resolver provides it; Kubeflow builds none, so there the gate checks without drift.
     """
     from components.data_gate.component import DataGate
-    from pipelines.build import spans
+    from pipelines.builder import spans
 
     data = ctx.spec.data
     serving_dir = ctx.paths.serving_data_dir

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pipelines.build.context import BuildContext
+from pipelines.builder.context import BuildContext
 from pipelines.spec.components import Orchestrator
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from components.arrow_example_gen.placement import resolve_reader
-from pipelines.paths import RunPaths
+from pipelines.core.paths import RunPaths
 from pipelines.spec.components import Orchestrator, providers_of
 from pipelines.spec.models import PipelineSpec
 
@@ -127,7 +127,7 @@ def use_arrow_reader(spec: PipelineSpec, input_dir: Path, span: int | None) -> b
         if spec.data.span_pattern is None:
             files = [p for p in input_dir.glob("*") if p.is_file()]
         else:
-            from pipelines.build.spans import available_spans, span_files
+            from pipelines.builder.spans import available_spans, span_files
 
             latest = span
             if latest is None:

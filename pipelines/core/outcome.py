@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # only for annotations: reading MLMD is not needed to name an outcome
-    from pipelines.metadata import NodeRecord
+    from pipelines.core.metadata import NodeRecord
 
 
 class Outcome(str, enum.Enum):

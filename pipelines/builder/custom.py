@@ -14,7 +14,7 @@ import importlib
 from collections.abc import Iterator
 from typing import Any
 
-from pipelines.build.context import BuildContext, BuildError
+from pipelines.builder.context import BuildContext, BuildError
 
 # The flag that carries the team's code digest in the node's executor spec, which TFX's cache
 # key includes: an edited component re-runs, an unchanged one stays a cache hit.

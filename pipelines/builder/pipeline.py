@@ -14,8 +14,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from pipelines.build.context import BuildContext
-from pipelines.paths import RunPaths
+from pipelines.builder.context import BuildContext
+from pipelines.core.paths import RunPaths
 from pipelines.spec.components import COMPONENT_TYPES, Orchestrator
 from pipelines.spec.models import PipelineSpec
 
@@ -38,7 +38,7 @@ def build_nodes(
     the target.
     """
     ctx = BuildContext(spec=spec, paths=paths, target=Orchestrator(target), span=span)
-    from pipelines.build import custom
+    from pipelines.builder import custom
 
     for index, component in enumerate(spec.components):
         if component.component is not None:  # a team's component, by import path
@@ -79,7 +79,7 @@ def build_pipeline(
     """
     from tfx.orchestration.pipeline import Pipeline
 
-    from pipelines.build import spans
+    from pipelines.builder import spans
 
     if night is not None:
         span = spans.span_of_date(night)

@@ -18,7 +18,7 @@ Kubeflow pipeline is compiled without access to the metadata KFP keeps, so there
 infers on every run: curate a schema for a Kubeflow pipeline.
 
 The import names the same file while the schema does not change (see
-`pipelines.metadata.AcceptedSchema.source_file`), so an unchanged re-run stays a cache hit; the
+`pipelines.core.metadata.AcceptedSchema.source_file`), so an unchanged re-run stays a cache hit; the
 second run re-executes from schema_gen on once, as its schema is then an imported artifact.
 
 An inferred schema becomes a curated one by copying it under `schemas/<pipeline>/`, setting
@@ -30,13 +30,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from pipelines.build.context import BuildContext, BuildError
-from pipelines.paths import RunPaths, project_file
+from pipelines.builder.context import BuildContext, BuildError
+from pipelines.core.paths import RunPaths, project_file
 from pipelines.spec.components import Orchestrator
 from pipelines.spec.models import PipelineSpec, SchemaSource
 
 if TYPE_CHECKING:  # ml_metadata is imported only where a store is read
-    from pipelines.metadata import AcceptedSchema
+    from pipelines.core.metadata import AcceptedSchema
 
 
 def gate_node_ids(spec: PipelineSpec) -> list[str]:
@@ -56,7 +56,7 @@ def previous_schema(
         node_id = next((c.id for c in spec.components if c.type == "schema_gen"), None)
         if node_id is None:
             return None
-    from pipelines.metadata import last_accepted_schema, open_store
+    from pipelines.core.metadata import last_accepted_schema, open_store
 
     store = open_store(spec, paths.metadata_path)
     if store is None:

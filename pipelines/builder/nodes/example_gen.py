@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pipelines.build.context import BuildContext, code_version, use_arrow_reader
+from pipelines.builder.context import BuildContext, code_version, use_arrow_reader
 from pipelines.spec.components import Orchestrator
 from pipelines.spec.models import DataFormat, PipelineSpec
 
@@ -121,10 +121,10 @@ def build(ctx: BuildContext, node_id: str) -> None:
             **spanned,
         )
     if ctx.target is Orchestrator.AIRFLOW and data.dated_spans:
-        from pipelines.build.spans import RANGE_CONFIG_TEMPLATE
+        from pipelines.builder.spans import RANGE_CONFIG_TEMPLATE
 
         # A placeholder range above makes the component carry the key; Airflow renders the
-        # template with the DAG run's night (see pipelines.build.spans).
+        # template with the DAG run's night (see pipelines.builder.spans).
         node.exec_properties["range_config"] = RANGE_CONFIG_TEMPLATE
         ctx.note(node_id, "range_config: the span of the DAG run's logical date")
     node = ctx.add(node.with_id(node_id))

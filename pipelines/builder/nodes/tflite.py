@@ -3,7 +3,7 @@ evaluation rows (components/tflite)."""
 
 from __future__ import annotations
 
-from pipelines.build.context import BuildContext
+from pipelines.builder.context import BuildContext
 
 
 def build(ctx: BuildContext, node_id: str) -> None:

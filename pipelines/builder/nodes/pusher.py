@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pipelines.build.context import BuildContext
+from pipelines.builder.context import BuildContext
 
 # The push keys the Pusher needs to keep TF Serving's configs (pipelines/ops/labels.py); only
 # these, so that changing, say, push.deploy does not make the Pusher a cache miss.

@@ -3,7 +3,7 @@ running the team's own `run_fn` module (`trainer.module`)."""
 
 from __future__ import annotations
 
-from pipelines.build.context import BuildContext, code_version, user_code
+from pipelines.builder.context import BuildContext, code_version, user_code
 
 TRAINER_RUN_FN = "components.trainer.run.run_fn"
 
