@@ -10,13 +10,13 @@ with 1 and 8 concurrent clients, it measures latency (p50, p99) and requests per
                 makes (`Signature.prepared_call`: the function as one op on the calling thread,
                 or its flat call), with no HTTP, JSON or conversion: a server with zero overhead,
                 a stricter reference than the issue's
-    server      `python -m pipelines.serving.runtime` on 127.0.0.1, driven by wrk (Debian's
+    server      `python -m pipelines.serving.model_server` on 127.0.0.1, driven by wrk (Debian's
                 `wrk`, C, one thread with N keep-alive connections) POSTing the row-format JSON
                 body of the same rows; with `--workers 1 2`, a server of one worker process
                 and one of two (`--workers 2`: two processes on one port), each a side of its
                 own (`server` and `server x2`)
 
-With `--enable-batching` each server runs with TF Serving's server-side batching (the runtime's
+With `--enable-batching` each server runs with TF Serving's server-side batching (the model server's
 `--enable-batching`, with `--batching-parameters-file` when given, else TF Serving's defaults);
 `--batching off on` measures each server both ways, as sides of their own (`server+b`, `server
 x2+b` for the batching ones).
@@ -157,7 +157,7 @@ class InProcess:
     def __init__(self, base_path: Path):
         import tensorflow as tf
 
-        from pipelines.serving.runtime.servable import Servable
+        from pipelines.serving.model_server.servable import Servable
 
         version = _newest_version(base_path)
         servable = Servable.load("penguin", int(version.name), version)
@@ -227,7 +227,7 @@ class Server:
         threads: tuple[int, int] = (0, 0),
         batching: list[str] | None = None,
     ):
-        """`batching`: the runtime's batching flags (None: no batching)."""
+        """`batching`: the model server's batching flags (None: no batching)."""
         out_root = out_root / f"server-{workers}{'-batching' if batching is not None else ''}"
         out_root.mkdir(parents=True, exist_ok=True)
         self._out_root = out_root
@@ -235,7 +235,7 @@ class Server:
         self.log_path = out_root / "server.log"
         command = [
             sys.executable,
-            *("-m", "pipelines.serving.runtime", "--model-name", "penguin"),
+            *("-m", "pipelines.serving.model_server", "--model-name", "penguin"),
             *("--model-base-path", str(base_path), "--port", "0", "--ready-file", str(ready)),
             *("--workers", str(workers)),
             *("--tensorflow-intra-op-parallelism", str(threads[0])),
@@ -430,7 +430,7 @@ def main(argv: list[str] | None = None) -> int:
         action="store_const",
         const=["on"],
         dest="batching",
-        help="the servers batch concurrent requests (the runtime's --enable-batching)",
+        help="the servers batch concurrent requests (the model server's --enable-batching)",
     )
     batching.add_argument(
         "--batching",

@@ -12,7 +12,7 @@ Two dashboards, written as JSON into `monitoring/dashboards/` for Grafana's file
   `tensorflow/serving` image, `:tensorflow:serving:*`: its own names, labels and units).
 
 Every query reads metrics Conveyor exports (pipelines/ops/metrics.py for runs,
-pipelines/serving/runtime/metrics.py for serving) or TF Serving exports (the list citing TF
+pipelines/serving/model_server/metrics.py for serving) or TF Serving exports (the list citing TF
 Serving's sources in pipelines/ops/metrics.py); tests/unit/test_monitoring_dashboards.py
 checks that, and that the committed JSON is what this module generates.
 

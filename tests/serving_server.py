@@ -1,4 +1,4 @@
-"""Starts real `python -m pipelines.serving.runtime` processes on 127.0.0.1 for the serving
+"""Starts real `python -m pipelines.serving.model_server` processes on 127.0.0.1 for the serving
 tests, and talks to them over HTTP."""
 
 from __future__ import annotations
@@ -64,11 +64,11 @@ def serving(
     args: Sequence[str], workdir: Path, command: Sequence[str] | None = None
 ) -> Iterator[RunningServer]:
     """Runs the server with `args` (plus --port 0 and a --ready-file) until the block ends,
-    then stops it with SIGTERM. `command` replaces `python -m pipelines.serving.runtime`."""
+    then stops it with SIGTERM. `command` replaces `python -m pipelines.serving.model_server`."""
     workdir.mkdir(parents=True, exist_ok=True)
     ready = workdir / f"ready-{time.monotonic_ns()}.json"
     log_path = ready.with_suffix(".log")
-    argv = [*(command or [sys.executable, "-m", "pipelines.serving.runtime"]), *args]
+    argv = [*(command or [sys.executable, "-m", "pipelines.serving.model_server"]), *args]
     argv += ["--port", "0", "--ready-file", str(ready)]
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONUNBUFFERED": "1"}
     with open(log_path, "wb") as log:

@@ -2,7 +2,7 @@
 
 TFX's InfraValidator does the same job by starting TF Serving in Docker or Kubernetes, which a
 Kubeflow V2 (Vertex AI) task cannot do and a laptop may not have. This one starts Conveyor's
-own model server (`python -m pipelines.serving.runtime`) as a child process of its own
+own model server (`python -m pipelines.serving.model_server`) as a child process of its own
 executor, in the same image, and sends it canary requests built from the evaluation split (see
 executor.py). Its output is TFX's standard `InfraBlessing`, marked as TFX marks it, so TFX's
 Pusher refuses a model it did not bless.

@@ -5,7 +5,7 @@ In order, the first failure deciding the verdict (its reason recorded on the Inf
 1. a model the Evaluator did not bless is not served at all ("not evaluated as blessed");
 2. the candidate's serving SavedModel (`Format-Serving`, found as TFX's Pusher finds it) is
    staged as version 1 under a temporary base path, and a fresh
-   `python -m pipelines.serving.runtime --model-name M --model-base-path P --port 0
+   `python -m pipelines.serving.model_server --model-name M --model-base-path P --port 0
    --ready-file F` is started (in a local run, in the spare process started when the run's
    trainer started, whose imports are done and which has loaded no model: spare.py); it
    must write its ready file within `start_timeout_seconds` (a server that exits or hangs
@@ -50,7 +50,7 @@ LATENCY_BUDGET_KEY = "latency_budget_ms"
 CANARY_REQUESTS_KEY = "canary_requests"
 START_TIMEOUT_KEY = "start_timeout_seconds"
 
-RUNTIME_MODULE = "pipelines.serving.runtime"
+RUNTIME_MODULE = "pipelines.serving.model_server"
 RESULT_FILE = "infra_validation.json"
 EVAL_SPLIT = "eval"
 DEFAULT_SIGNATURE = "serving_default"
@@ -218,7 +218,7 @@ def stage_version(model_path: str, version_dir: Path) -> None:
 
 
 class ModelServer:
-    """A `pipelines.serving.runtime` child process serving one model, and its output file."""
+    """A `pipelines.serving.model_server` child process serving one model, and its output file."""
 
     def __init__(self, process: subprocess.Popen, ready_file: Path, log_file: Path):
         """Wraps a started process; use `ModelServer.start`."""

@@ -1,13 +1,13 @@
 """A spare model-server process, started early so that its imports overlap with the run.
 
-The infra validator serves the candidate in a fresh `python -m pipelines.serving.runtime`
+The infra validator serves the candidate in a fresh `python -m pipelines.serving.model_server`
 process. Most of that process's start is importing TensorFlow and the server (about 5 of the
 8.6 s to its ready file on the 2-core machine under load, 2026-12-01), none of which depends on
 the model. A local run therefore starts a spare process when the node that makes the candidate (the
 trainer) executes (pipelines/run/local.py), beside the training: it imports the server's modules,
 then waits on its stdin. The infra validator takes it (`take`) and sends it the server's
 command line and the file for its output; the spare then runs the server exactly as
-`python -m pipelines.serving.runtime` would, in a process that has loaded no model yet, so the
+`python -m pipelines.serving.model_server` would, in a process that has loaded no model yet, so the
 candidate is still loaded fresh, by a separate process, from its SavedModel. Without a spare
 (another runner, a component run alone, a spare that died), the executor starts the server
 as before.
@@ -30,7 +30,7 @@ from pathlib import Path
 from absl import logging
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
-RUNTIME_MODULE = "pipelines.serving.runtime"
+RUNTIME_MODULE = "pipelines.serving.model_server"
 
 # What the spare runs (`python -c SPARE_PROGRAM PARENT_PID`): die with the parent, import what
 # the server imports at its start, wait for one line of JSON ({"argv": [...], "output": path}),
@@ -49,7 +49,7 @@ DIE_WITH_PARENT = (
 )
 SPARE_PROGRAM = DIE_WITH_PARENT + (
     "import json, runpy\n"
-    # Not the runtime's __main__: run_module below runs it afresh, as `python -m` would.
+    # Not the model server's __main__: run_module below runs it afresh, as `python -m` would.
     "import tensorflow, uvicorn\n"
     f"import {RUNTIME_MODULE}.server, {RUNTIME_MODULE}.app\n"
     "line = sys.stdin.readline()\n"
@@ -100,7 +100,7 @@ def waiting_pid() -> int | None:
 
 
 def take(argv: list[str], output: Path) -> subprocess.Popen | None:
-    """Hands the waiting spare the server's arguments (after `-m pipelines.serving.runtime`)
+    """Hands the waiting spare the server's arguments (after `-m pipelines.serving.model_server`)
     and the file for its output; returns its process, now the server, or None when there is
     no live spare (the caller starts a server itself)."""
     global _spare

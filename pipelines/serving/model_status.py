@@ -2,7 +2,7 @@
 
 `GET <url>/v1/models/NAME/versions/V` answers `{"model_version_status": [{"version": "V",
 "state": "AVAILABLE", "status": {"error_code": "OK", ...}}]}` on `tensorflow_model_server` and
-on Conveyor's own runtime alike (TF Serving's `GetModelStatusResponse` in JSON). A label move
+on Conveyor's own model server alike (TF Serving's `GetModelStatusResponse` in JSON). A label move
 onto a version waits here until every server that reads the models.config reports it
 AVAILABLE (pipelines/ops/labels.py), because TF Serving refuses a config that moves a label to
 a version it has not loaded. Standard library only: no TensorFlow, no HTTP client package.

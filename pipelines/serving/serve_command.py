@@ -9,7 +9,7 @@ import argparse
 import dataclasses
 import sys
 
-from pipelines.serving.runtime.process_options import (
+from pipelines.serving.model_server.process_options import (
     add_process_options,
     process_options_problem,
 )
@@ -53,8 +53,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     """
     from pipelines.core.paths import RunPaths, default_workdir
     from pipelines.serving.config import MODELS_CONFIG, ServingConfigError, batching_parameters
-    from pipelines.serving.runtime.batching import BatchingOptions
-    from pipelines.serving.runtime.server import ServerOptions, run_server
+    from pipelines.serving.model_server.batching import BatchingOptions
+    from pipelines.serving.model_server.server import ServerOptions, run_server
     from pipelines.spec.loading import load_spec
 
     if args.poll_seconds <= 0:

@@ -1,4 +1,5 @@
-"""Infra validation for real: the candidate served by a fresh `pipelines.serving.runtime` process.
+"""Infra validation for real: the candidate served by a fresh `pipelines.serving.model_server`
+process.
 
 The executor, run directly on SavedModels written here (real processes on 127.0.0.1):
 - a sound model is blessed, and its model server is gone afterwards;

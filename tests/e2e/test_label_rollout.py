@@ -1,7 +1,7 @@
 """Label moves against a model server that, as TF Serving does, refuses a models.config whose
 label names a version it has not loaded.
 
-A real `python -m pipelines.serving.runtime` process follows the pipeline's models.config with
+A real `python -m pipelines.serving.model_server` process follows the pipeline's models.config with
 TF Serving's rules (`--allow-version-labels-for-unavailable-models`, as the rendered
 Deployment starts `tensorflow_model_server`). Pushes, a rollback and a promote go through
 `pipelines.ops.labels` on a real ML Metadata store (the `Pipeline` of tests/unit/test_labels.py)

@@ -2,7 +2,7 @@
 installed on demand by scripts/ensure_system_packages.sh), all on 127.0.0.1 on free ports in
 temporary folders:
 
-- a Pushgateway, and the local model server (`python -m pipelines.serving.runtime`) serving
+- a Pushgateway, and the local model server (`python -m pipelines.serving.model_server`) serving
   TF Serving's half_plus_two, which answers a few predictions;
 - one real penguin run (the `ci` profile) on a CSV with text in a numeric column: the data gate
   blocks it, and `finish` pushes its metrics to the Pushgateway (its URL in an environment
@@ -108,7 +108,8 @@ def observed(tmp_path_factory, monkeypatch_module):
         ready = base / "server.ready"
         server, server_log = processes.start(
             "server",
-            [sys.executable, "-m", "pipelines.serving.runtime", "--model-name", "half_plus_two"]
+            [sys.executable, "-m", "pipelines.serving.model_server"]
+            + ["--model-name", "half_plus_two"]
             + ["--model-base-path", str(models), "--port", "0", "--ready-file", str(ready)]
             + ["--monitoring-path", MONITORING_PATH],
         )

@@ -1,6 +1,6 @@
 """Server-side batching (`--enable-batching`, TF Serving's flag) on a real server process.
 
-One `python -m pipelines.serving.runtime` serves TF Serving's `half_plus_two` with a batching
+One `python -m pipelines.serving.model_server` serves TF Serving's `half_plus_two` with a batching
 parameters file whose batch timeout is long (0.2 s) and which has one batch thread, so requests
 sent together from several threads wait for each other and are merged. Every answer must equal
 the same SavedModel called in this process on that request alone; the metrics must show a call
@@ -196,7 +196,7 @@ def test_a_bad_batching_parameters_file_stops_the_server_naming_it(tmp_path, tex
     done = subprocess.run(
         [
             sys.executable,
-            *("-m", "pipelines.serving.runtime", "--model-name", MODEL),
+            *("-m", "pipelines.serving.model_server", "--model-name", MODEL),
             *("--model-base-path", str(tmp_path / MODEL), "--port", "0"),
             *("--enable-batching", "--batching-parameters-file", str(parameters)),
         ],

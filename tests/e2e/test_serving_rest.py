@@ -1,6 +1,6 @@
 """The local model server against TF Serving's REST contract, on TF Serving's own test model.
 
-One real `python -m pipelines.serving.runtime` process serves `half_plus_two` from a
+One real `python -m pipelines.serving.model_server` process serves `half_plus_two` from a
 models.config (versions 1 and 2, labels `stable` and `canary`): version 1 is TF Serving's
 half_plus_two (y = 0.5x + 2), version 2 adds one (0.5x + 3, the half_plus_three of TF Serving's
 REST documentation). The requests and expected answers are the ones TF Serving's REST
@@ -21,7 +21,7 @@ from google.protobuf import text_format
 from prometheus_client.parser import text_string_to_metric_families
 
 from pipelines.serving.config import ServedModel, models_config
-from pipelines.serving.runtime.app import INLINE_BODY_BYTES
+from pipelines.serving.model_server.app import INLINE_BODY_BYTES
 from tests.half_plus_two import write_half_plus_two
 from tests.serving_server import serving, wait_for
 

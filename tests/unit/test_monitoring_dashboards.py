@@ -1,7 +1,7 @@
 """The Grafana dashboards in monitoring/dashboards/: the committed JSON is what
 monitoring/dashboards.py generates (grafanalib), and every query of every panel and variable
 reads a metric Conveyor exports, from a run (pipelines/ops/metrics.py) or from the model server
-(pipelines/serving/runtime/metrics.py), or one TF Serving exports (pipelines/ops/metrics.py's
+(pipelines/serving/model_server/metrics.py), or one TF Serving exports (pipelines/ops/metrics.py's
 TF_SERVING_METRICS, which cites TF Serving's sources)."""
 
 import json
@@ -10,7 +10,7 @@ import pytest
 
 from monitoring import dashboards
 from pipelines.ops import metrics
-from pipelines.serving.runtime.metrics import ServerMetrics
+from pipelines.serving.model_server.metrics import ServerMetrics
 
 
 @pytest.mark.parametrize("name", dashboards.DASHBOARDS)

@@ -75,7 +75,7 @@ def test_a_tf_serving_rule_test_that_expects_the_wrong_model_fails(promtool, tmp
 
 
 def test_every_metric_the_rules_read_is_exported():
-    from pipelines.serving.runtime.metrics import ServerMetrics
+    from pipelines.serving.model_server.metrics import ServerMetrics
 
     conveyor = metrics.run_metric_names() | metrics.exported_names(ServerMetrics().registry)
     groups = {group["name"]: group for group in yaml.safe_load(RULES.read_text())["groups"]}

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from pipelines.serving.config import ServingConfigError
-from pipelines.serving.runtime.batching import BatchingOptions, BatchScheduler
-from pipelines.serving.runtime.errors import ServingError
+from pipelines.serving.model_server.batching import BatchingOptions, BatchScheduler
+from pipelines.serving.model_server.errors import ServingError
 
 
 def test_a_file_leaving_fields_out_gets_tf_servings_scheduler_defaults(tmp_path):

@@ -1,4 +1,4 @@
-"""TF Serving's JSON mapping (pipelines/serving/runtime/json_tensor.py) without a server: the
+"""TF Serving's JSON mapping (pipelines/serving/model_server/json_tensor.py) without a server: the
 type and shape rules of json_tensor.cc, and the answers' shapes. The end-to-end files
 (tests/e2e/test_serving_*.py) send the same kinds of bodies to a real server."""
 
@@ -9,8 +9,8 @@ import base64
 import numpy as np
 import pytest
 
-from pipelines.serving.runtime import json_tensor as jt
-from pipelines.serving.runtime.errors import ServingError
+from pipelines.serving.model_server import json_tensor as jt
+from pipelines.serving.model_server.errors import ServingError
 
 FLOAT = {"x": jt.DT_FLOAT}
 

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from pipelines.serving.runtime.errors import ServingError
-from pipelines.serving.runtime.servable import Servable
+from pipelines.serving.model_server.errors import ServingError
+from pipelines.serving.model_server.servable import Servable
 
 
 class Scorer(tf.Module):

@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from pipelines.serving.runtime.__main__ import build_parser, options_from_args
-from pipelines.serving.runtime.server import ServerOptions
+from pipelines.serving.model_server.__main__ import build_parser, options_from_args
+from pipelines.serving.model_server.server import ServerOptions
 
 MODEL = ["--model-name", "m", "--model-base-path", "/models/m"]
 

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from pipelines.serving.runtime.errors import ServingError, invalid_argument
+from pipelines.serving.model_server.errors import ServingError, invalid_argument
 
 ROW = "row"
 COLUMNAR = "columnar"

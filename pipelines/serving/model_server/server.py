@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pipelines.serving.config import ServedModel
-from pipelines.serving.runtime.app import DEFAULT_MONITORING_PATH
+from pipelines.serving.model_server.app import DEFAULT_MONITORING_PATH
 
 log = logging.getLogger("conveyor.serving")
 
@@ -92,9 +92,9 @@ def serve(options: ServerOptions) -> int:
     """
     import uvicorn
 
-    from pipelines.serving.runtime.app import build_app
-    from pipelines.serving.runtime.metrics import ServerMetrics
-    from pipelines.serving.runtime.repository import ModelRepository
+    from pipelines.serving.model_server.app import build_app
+    from pipelines.serving.model_server.metrics import ServerMetrics
+    from pipelines.serving.model_server.repository import ModelRepository
 
     if options.workers > 1:
         return serve_workers(options)
@@ -167,7 +167,7 @@ def _batch_scheduler(options: ServerOptions, metrics):
     """The process's batch scheduler when batching is on (else None), logged once."""
     if options.batching is None:
         return None
-    from pipelines.serving.runtime.batching import BatchingOptions, BatchScheduler
+    from pipelines.serving.model_server.batching import BatchingOptions, BatchScheduler
 
     batching = BatchingOptions.from_dict(options.batching)
     log.info(
@@ -226,18 +226,18 @@ def serve_workers(options: ServerOptions) -> int:
 
     One Python process runs one request's Python (HTTP, JSON, conversion) at a time: the GIL.
     Here this process opens the port and starts the workers, `python -m
-    pipelines.serving.runtime` each, which inherit the listening socket: the kernel hands each
+    pipelines.serving.model_server` each, which inherit the listening socket: the kernel hands each
     new connection to one of them (a keep-alive connection stays with its worker). Each worker
     polls the base paths and loads every served version itself, so memory grows with the
-    workers: TensorFlow, the runtime and the models, once per worker.
+    workers: TensorFlow, the server's modules and the models, once per worker.
 
     Their metrics are written to files in a temporary folder of this server's
     (prometheus_client's multiprocess mode) and any worker's monitoring path serves them
     summed over the workers. The ready file is written, with this process's pid, once every
     worker has announced itself ready. SIGINT or SIGTERM is passed on to every worker; a worker
     that exits on its own stops the others and the server (a supervisor restarts it whole)."""
-    from pipelines.serving.runtime.metrics import ServerMetrics
-    from pipelines.serving.runtime.repository import ModelRepository
+    from pipelines.serving.model_server.metrics import ServerMetrics
+    from pipelines.serving.model_server.repository import ModelRepository
 
     # A config TF Serving would refuse stops the server before any worker starts.
     ModelRepository(
@@ -265,7 +265,7 @@ def serve_workers(options: ServerOptions) -> int:
                 listen_fd=listener.fileno(),
                 ready_file=str(control / f"ready-{index}.json"),
             )
-            argv = [sys.executable, "-m", "pipelines.serving.runtime"]
+            argv = [sys.executable, "-m", "pipelines.serving.model_server"]
             argv += ["--worker-options", json.dumps(dataclasses.asdict(worker))]
             workers.append(subprocess.Popen(argv, env=environment, pass_fds=(listener.fileno(),)))
         log.info(

@@ -21,8 +21,8 @@ from typing import Any
 
 import numpy as np
 
-from pipelines.serving.runtime import json_tensor
-from pipelines.serving.runtime.errors import ServingError, from_tensorflow, invalid_argument
+from pipelines.serving.model_server import json_tensor
+from pipelines.serving.model_server.errors import ServingError, from_tensorflow, invalid_argument
 
 log = logging.getLogger("conveyor.serving")
 

@@ -32,12 +32,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pipelines.serving.config import ServedModel, ServingConfigError
-from pipelines.serving.runtime.errors import CODE_NAMES, invalid_argument, not_found
-from pipelines.serving.runtime.metrics import ServerMetrics
-from pipelines.serving.runtime.servable import LoadError, Servable
+from pipelines.serving.model_server.errors import CODE_NAMES, invalid_argument, not_found
+from pipelines.serving.model_server.metrics import ServerMetrics
+from pipelines.serving.model_server.servable import LoadError, Servable
 
 if TYPE_CHECKING:
-    from pipelines.serving.runtime.batching import BatchScheduler
+    from pipelines.serving.model_server.batching import BatchScheduler
 
 log = logging.getLogger("conveyor.serving")
 

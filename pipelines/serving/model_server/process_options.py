@@ -1,4 +1,4 @@
-"""The server's process options, shared by `python -m pipelines.serving.runtime` and
+"""The server's process options, shared by `python -m pipelines.serving.model_server` and
 `conveyor serve`: how many worker processes, and TensorFlow's thread pools (TF Serving's flags).
 
 Only argparse here: `conveyor --help` imports this.

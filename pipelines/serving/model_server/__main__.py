@@ -1,4 +1,4 @@
-"""`python -m pipelines.serving.runtime`: serve SavedModels over TF Serving's REST API.
+"""`python -m pipelines.serving.model_server`: serve SavedModels over TF Serving's REST API.
 
 The flags mirror `tensorflow_model_server`'s (`--model_name`, `--model_base_path`,
 `--model_config_file`, `--rest_api_port`, `--file_system_poll_wait_seconds`) in this project's
@@ -12,7 +12,7 @@ import json
 import sys
 from collections.abc import Sequence
 
-from pipelines.serving.runtime.process_options import (
+from pipelines.serving.model_server.process_options import (
     add_process_options,
     process_options_problem,
 )
@@ -21,7 +21,7 @@ from pipelines.serving.runtime.process_options import (
 def build_parser() -> argparse.ArgumentParser:
     """The server's command line."""
     parser = argparse.ArgumentParser(
-        prog="python -m pipelines.serving.runtime",
+        prog="python -m pipelines.serving.model_server",
         description="Serve SavedModel base paths over TF Serving's REST API (no gRPC).",
     )
     parser.add_argument("--model-name", help="the model's name in REST paths")
@@ -91,7 +91,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def options_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser):
     """The parsed command line as ServerOptions; a wrong combination is a usage error."""
-    from pipelines.serving.runtime.server import ServerOptions
+    from pipelines.serving.model_server.server import ServerOptions
 
     if args.worker_options:
         return ServerOptions(**json.loads(args.worker_options))
@@ -135,7 +135,7 @@ def batching_from_args(args: argparse.Namespace) -> dict | None:
         return None
     import dataclasses
 
-    from pipelines.serving.runtime.batching import BatchingOptions
+    from pipelines.serving.model_server.batching import BatchingOptions
 
     if args.batching_parameters_file:
         options = BatchingOptions.from_file(args.batching_parameters_file)
@@ -155,7 +155,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ServingConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
-    from pipelines.serving.runtime.server import run_server
+    from pipelines.serving.model_server.server import run_server
 
     return run_server(options)
 

@@ -1,5 +1,5 @@
-"""A local model server that speaks TF Serving's REST API: `python -m pipelines.serving.runtime`
-or `conveyor serve`.
+"""A local model server that speaks TF Serving's REST API:
+`python -m pipelines.serving.model_server` or `conveyor serve`.
 
 - `servable.py`: one loaded version of a SavedModel and its Predict, Classify and Regress calls;
 - `json_tensor.py`: TF Serving's JSON mapping, request bodies to tensors and back;

@@ -27,10 +27,10 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import unquote
 
-from pipelines.serving.runtime import json_tensor
-from pipelines.serving.runtime.errors import ServingError, invalid_argument
-from pipelines.serving.runtime.metrics import ServerMetrics
-from pipelines.serving.runtime.repository import ModelRepository
+from pipelines.serving.model_server import json_tensor
+from pipelines.serving.model_server.errors import ServingError, invalid_argument
+from pipelines.serving.model_server.metrics import ServerMetrics
+from pipelines.serving.model_server.repository import ModelRepository
 
 DEFAULT_MONITORING_PATH = "/monitoring/prometheus/metrics"
 JSON = "application/json"

@@ -43,7 +43,7 @@ from typing import Any
 
 import numpy as np
 
-from pipelines.serving.runtime.errors import ServingError, invalid_argument
+from pipelines.serving.model_server.errors import ServingError, invalid_argument
 
 # BasicBatchScheduler's defaults (basic_batch_scheduler.h), for fields a file leaves out.
 DEFAULT_MAX_BATCH_SIZE = 1000
