@@ -8,6 +8,7 @@ The order, lowest first (docs/architecture.md says what each holds):
     pipelines.spec             what a pipeline is: the strict, frozen spec
     pipelines.datasets         packaged and generated data (`conveyor data`)
     pipelines.serving_state    serving state: versions, models.config, labels, hold, reconcile
+    pipelines.finish           the end of a run: outcome record, summary, report, metrics, alert
     components                 TFX components: executors run inside any orchestrator's task
     pipelines.builder          spec -> tfx.dsl.Pipeline
     pipelines.run              orchestrators: local, Airflow, Kubeflow, compile
@@ -29,6 +30,7 @@ LAYERS = [
     "pipelines.spec",
     "pipelines.datasets",
     "pipelines.serving_state",
+    "pipelines.finish",
     "components",
     "pipelines.builder",
     "pipelines.run",
