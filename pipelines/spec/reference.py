@@ -41,7 +41,7 @@ SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
 SCHEMA_ID = "urn:conveyor:spec.schema.json"
 SCHEMA_TITLE = "Conveyor pipeline spec (specs/<name>.yaml)"
 # The first line of every spec under specs/: the path is relative to the spec file.
-MODELINE = "# yaml-language-server: $schema=../../docs/spec.schema.json"
+MODELINE = "# yaml-language-server: $schema=../docs/spec.schema.json"
 
 IDENTIFIER_PATTERN = "^[A-Za-z_][A-Za-z0-9_]*$"
 
