@@ -43,6 +43,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 # bench/ is first on sys.path when this runs as `python bench/bench_datapath.py`.
+import results_file
 from measure import (
     GNU_TIME,
     BenchError,
@@ -397,6 +398,10 @@ def tool_summary(runs: list[Measurement], tool: str, rows: int) -> dict | None:
     pipeline = statistics.median(r.pipeline_seconds for r in mine)
     summary = {
         "wall_seconds": wall,
+        "wall_seconds_range": [
+            min(r.wall_seconds for r in mine),
+            max(r.wall_seconds for r in mine),
+        ],
         "rows_per_second": rows / wall,
         "pipeline_seconds": pipeline,
         "pipeline_rows_per_second": rows / pipeline if pipeline else None,
@@ -600,6 +605,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--keep", action="store_true", help="keep run directories and logs")
     parser.add_argument("--json", type=Path, help="also write the results as JSON here")
+    results_file.add_arguments(parser, "datapath")
     args = parser.parse_args(argv)
     if args.repeats < 1:
         parser.error("--repeats must be at least 1")
@@ -633,6 +639,18 @@ def benchmark(args: argparse.Namespace, out_root: Path, created: list[Path]) -> 
     }
 
 
+def results_figures(result: dict) -> tuple[dict, dict]:
+    """Splits the result into the results file's settings and figures (runs left out)."""
+    settings = {
+        "rows": [size["rows"] for size in result["sizes"]],
+        "repeats": result["repeats"],
+        "raw_script": results_file.relative(result["raw_script"]),
+        "conveyor_command": result["conveyor_command"],
+        "data_seed": result["data_seed"],
+    }
+    return settings, {"sizes": result["sizes"], "scaling": result["scaling"]}
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     # A given --out-dir keeps its generated inputs, so the next run can reuse them.
@@ -644,6 +662,7 @@ def main(argv: list[str] | None = None) -> int:
         preamble=[f"conveyor: {shlex.join(conveyor_command(Path('WORKDIR'), args.settings))}"],
         contents="inputs and run directories",
         kept_contents="run directories",
+        results=("datapath", results_figures),
     )
 
 

@@ -29,6 +29,9 @@ import tempfile
 import time
 from pathlib import Path
 
+# bench/ is first on sys.path when this runs as `python bench/bench_evaluator.py`.
+import results_file
+
 
 def night_inputs(workdir: Path, spec) -> dict[str, list]:
     """The latest Evaluator execution's input artifacts (TFX types), which must include a
@@ -94,6 +97,7 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="Beam pipeline argument (default: the in-memory DirectRunner, one worker)",
     )
+    results_file.add_arguments(parser, "evaluator")
     args = parser.parse_args(argv)
     os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
     from tfx.utils import dependency_utils
@@ -131,6 +135,25 @@ def main(argv: list[str] | None = None) -> int:
             f"{engine:<11} median {statistics.median(runs):7.2f} s "
             f"(min {min(runs):.2f}, max {max(runs):.2f}, {len(runs)} runs)"
         )
+    settings = {
+        "pipeline": args.pipeline,
+        "env": args.env,
+        "repeat": args.repeat,
+        "engines": list(engines),
+        "beam_args": beam_args,
+    }
+    figures = {
+        "seconds": {engine: results_file.spread(seconds[engine]) for engine in engines},
+        # Checked above: a difference ends the run before this.
+        "same_metrics_and_validation": True if len(engines) == 2 else None,
+    }
+    results_file.write_from_args(
+        args,
+        "evaluator",
+        settings=settings,
+        figures=figures,
+        placeholders={str(args.workdir): "WORKDIR"},
+    )
     return 0
 
 

@@ -58,6 +58,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 # bench/ is first on sys.path when this runs as `python bench/bench_nightly.py`.
+import results_file
 from measure import BenchError, log_tail, run_benchmark, run_with_gnu_time, subprocess_env
 
 from pipelines.datasets.taxi_nights import write_night
@@ -101,6 +102,10 @@ STEPS = {
     "infra_validator": "infra validator",
 }
 EVALUATOR = "evaluator"
+# The aims for Conveyor's night: 10x the rows cost at most 5x the wall time, and the Evaluator
+# takes at most 30% of a night.
+GROWTH_AIM = (10, 5.0)
+EVALUATOR_SHARE_AIM = 0.30
 
 
 @dataclass(frozen=True)
@@ -378,6 +383,84 @@ def report(result: dict) -> str:
     return "\n".join(lines)
 
 
+def _tool_figures(runs: list[dict]) -> dict:
+    """One tool's night two at one size: medians with min-max, step by step."""
+    steps = list(dict.fromkeys(step for run in runs for step in run["steps"]))
+    figures = {
+        key: results_file.spread(run[key] for run in runs)
+        for key in ("wall_seconds", "pipeline_seconds", "peak_rss_mib")
+    }
+    figures["steps"] = {
+        step: results_file.spread(run["steps"].get(step, 0.0) for run in runs) for step in steps
+    }
+    figures["evaluator_share"] = (
+        figures["steps"][EVALUATOR]["median"] / figures["wall_seconds"]["median"]
+        if EVALUATOR in figures["steps"]
+        else None
+    )
+    figures["outcomes"] = [run["outcome"] for run in runs]
+    figures["paused_seconds"] = [run.get("paused_seconds", 0.0) for run in runs]
+    return figures
+
+
+def results_figures(result: dict) -> tuple[dict, dict]:
+    """Summarizes the nights for the results file: per size and tool, medians with min-max,
+    the ratio of each Conveyor column to raw TFX, the growth between two sizes, and the aims."""
+    settings = {
+        "env": result["env"],
+        "rows": result["rows"],
+        "repeats": result["repeats"],
+        "overrides": result["overrides"],
+        "like_for_like": result["like_for_like"],
+        "raw_script": results_file.relative(result["raw_script"]),
+    }
+    sizes = {}
+    for rows, tools in result["night_two"].items():
+        size = {"tools": {name: _tool_figures(runs) for name, runs in tools.items()}}
+        if RAW in tools:
+            raw = size["tools"][RAW]["wall_seconds"]["median"]
+            size["wall_ratio_to_raw"] = {
+                name: figures["wall_seconds"]["median"] / raw
+                for name, figures in size["tools"].items()
+                if name != RAW
+            }
+        sizes[rows] = size
+    aims = []
+    for rows, size in sizes.items():
+        share = size["tools"][CONVEYOR_SPEC]["evaluator_share"]
+        if share is not None:
+            aims.append(
+                {
+                    "what": f"the Evaluator at most {EVALUATOR_SHARE_AIM:.0%} of a "
+                    f"{int(rows):,}-row night (Conveyor)",
+                    "value": share,
+                    "met": share <= EVALUATOR_SHARE_AIM,
+                }
+            )
+    growth = None
+    if len(sizes) == 2:
+        small, large = sizes
+        growth = {"from_rows": int(small), "to_rows": int(large)}
+        growth["rows_factor"] = int(large) / int(small)
+        growth["wall_factor"] = {
+            name: sizes[large]["tools"][name]["wall_seconds"]["median"]
+            / sizes[small]["tools"][name]["wall_seconds"]["median"]
+            for name in sizes[small]["tools"]
+        }
+        rows_factor, wall_aim = GROWTH_AIM
+        if growth["rows_factor"] == rows_factor:
+            value = growth["wall_factor"][CONVEYOR_SPEC]
+            aims.append(
+                {
+                    "what": f"{rows_factor}x the rows at most {wall_aim:g}x the night's wall "
+                    "time (Conveyor)",
+                    "value": value,
+                    "met": value <= wall_aim,
+                }
+            )
+    return settings, {"sizes": sizes, "growth": growth, "aims": aims}
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, nargs="+", default=DEFAULT_ROWS)
@@ -407,6 +490,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="a spec override for every Conveyor night (conveyor run --set)",
     )
     parser.add_argument("--json", type=Path, help="also write the figures here")
+    results_file.add_arguments(parser, "nightly")
     parser.add_argument("--out-dir", type=Path, help="work here instead of a temporary dir")
     parser.add_argument("--keep", action="store_true", help="keep the working directories")
     args = parser.parse_args(argv)
@@ -431,6 +515,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{tools}; {args.repeats} repetition(s)"
         ],
         contents="working directories",
+        results=("nightly", results_figures),
     )
 
 

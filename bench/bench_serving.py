@@ -60,6 +60,9 @@ import threading
 import time
 from pathlib import Path
 
+# bench/ is first on sys.path when this runs as `python bench/bench_serving.py`.
+import results_file
+
 ROOT = Path(__file__).resolve().parent.parent
 BATCHES = (1, 64)
 CLIENTS = (1, 8)
@@ -444,6 +447,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--model-base-path", help="a penguin model base path to serve")
     parser.add_argument("--json", type=Path, help="also write the figures here")
+    results_file.add_arguments(parser, "serving")
     parser.add_argument("--out-dir", type=Path, help="work here instead of a temporary folder")
     parser.add_argument("--keep", action="store_true", help="keep the output folder")
     args = parser.parse_args(argv)
@@ -561,6 +565,26 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         args.json.write_text(json.dumps(result, indent=2) + "\n")
         print(f"\nJSON written to {args.json}")
+    settings = {
+        key: result[key] for key in ("seconds", "repeats", "batching", "server_tensorflow_threads")
+    }
+    settings["workers"] = list(dict.fromkeys(args.workers))
+    settings["batching_parameters_file"] = results_file.relative(args.batching_parameters_file)
+    settings["model"] = "the penguin model (serving_default, raw rows)"
+    figures = {
+        "load_generator": result["load_generator"],
+        "limits": result["limits"],
+        "cells": [{key: value for key, value in cell.items() if key != "runs"} for cell in cells],
+        "floors": result["floors"],
+    }
+    placeholders = {str(base_path): "MODEL_BASE_PATH"}
+    if args.model_base_path:
+        placeholders[args.model_base_path] = "MODEL_BASE_PATH"
+    if args.out_dir is not None:
+        placeholders[str(args.out_dir)] = "OUT_DIR"
+    results_file.write_from_args(
+        args, "serving", settings=settings, figures=figures, placeholders=placeholders
+    )
     if not args.keep and args.out_dir is None:
         shutil.rmtree(out_root, ignore_errors=True)
     return 0

@@ -47,6 +47,7 @@ from typing import Any
 
 # bench/ is first on sys.path when this runs as `python bench/bench_trainer.py` (so also in the
 # --worker processes, which run this script the same way).
+import results_file
 from measure import (
     GNU_TIME,
     BenchError,
@@ -527,6 +528,10 @@ def summarize(results: list[Measurement]) -> dict[str, dict[str, Any]]:
             "strategy": runs[0].strategy,
             "replicas": runs[0].replicas,
             "global_batch_size": runs[0].global_batch_size,
+            "examples_per_second_range": [
+                min(r.examples_per_second for r in runs),
+                max(r.examples_per_second for r in runs),
+            ],
             **{
                 name: statistics.median(getattr(r, name) for r in runs)
                 for name in (
@@ -591,6 +596,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--keep", action="store_true", help="keep data, run directories and logs")
     parser.add_argument("--json", type=Path, help="also write the results as JSON here")
+    results_file.add_arguments(parser, "trainer")
     parser.add_argument(
         "--timeout",
         type=float,
@@ -650,6 +656,17 @@ def benchmark(args: argparse.Namespace, out_root: Path, created: list[Path]) -> 
     }
 
 
+def results_figures(result: dict[str, Any]) -> tuple[dict, dict]:
+    """Splits the result into the results file's settings and figures (runs left out)."""
+    settings = {key: result[key] for key in ("steps", "eval_steps", "repeats", "global_batch_size")}
+    figures = {
+        "examples_per_second_covers": result["examples_per_second_covers"],
+        "data": {key: result["data"][key] for key in ("rows", "train_rows", "eval_rows")},
+        "configurations": result["configurations"],
+    }
+    return settings, figures
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.worker:
@@ -660,6 +677,7 @@ def main(argv: list[str] | None = None) -> int:
         benchmark,
         lambda result: f"{format_table(result['configurations'])}\n\n{format_notes(result)}",
         contents="data and run directories",
+        results=("trainer", results_figures),
     )
 
 

@@ -19,6 +19,9 @@ import tempfile
 import time
 from pathlib import Path
 
+# bench/ is first on sys.path when this runs as `python bench/gpu_check.py`.
+import results_file
+
 REPO = Path(__file__).resolve().parents[1]
 CONVEYOR = REPO / ".venv" / "bin" / "conveyor"
 PIPELINES = ("penguin", "taxi")
@@ -64,9 +67,12 @@ def run_pipeline(name: str, workdir: Path) -> dict:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workdir", type=Path, help="default: a new temporary directory")
+    results_file.add_arguments(parser, "gpu")
     args = parser.parse_args()
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="conveyor-gpu-check-"))
-    print(f"GPUs: {list_gpus()}")
+    gpus = list_gpus()
+    print(f"GPUs: {gpus}")
+    figures = {"gpus": gpus, "pipelines": {}}
     print(f"{'pipeline':<10} {'examples/s':>12} {'replicas':>8}  precision       XLA   run s")
     for name in PIPELINES:
         s = run_pipeline(name, workdir / name)
@@ -74,6 +80,17 @@ def main() -> int:
             f"{name:<10} {s['examples_per_second']:>12.0f} {s['replicas']:>8}  "
             f"{s['precision']:<15} {str(s['jit_compile']):<5} {s['pipeline_seconds']:>6}"
         )
+        figures["pipelines"][name] = {
+            key: s[key] for key in ("examples_per_second", "replicas", "precision", "jit_compile")
+        }
+        figures["pipelines"][name]["run_seconds"] = s["pipeline_seconds"]
+    results_file.write_from_args(
+        args,
+        "gpu",
+        settings={"profile": "gpu", "pipelines": list(PIPELINES)},
+        figures=figures,
+        placeholders={} if args.workdir is None else {str(args.workdir): "WORKDIR"},
+    )
     return 0
 
 

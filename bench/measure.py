@@ -7,7 +7,8 @@ imports. This module holds what they share: where GNU time is and the check that
 running a command under it (and how long the host froze this virtual machine meanwhile, which
 the wall time leaves out: TimedRun), reading its report, the error a failed run raises, the end
 of a run's log for that error, the environment that keeps TensorFlow quiet, and the main()
-scaffolding around a whole benchmark.
+scaffolding around a whole benchmark, which ends a completed run by writing its results file
+(results_file.py).
 
 The scripts import it as `measure`: each is run as `python bench/<script>.py`, which puts bench/
 first on sys.path. It needs only the standard library, so importing it costs a measured process
@@ -30,6 +31,8 @@ from collections.abc import Callable, Iterable, MutableMapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
+
+import results_file
 
 GNU_TIME = Path("/usr/bin/time")
 LOG_TAIL_LINES = 40
@@ -240,11 +243,13 @@ def run_benchmark(
     preamble: Iterable[str] = (),
     contents: str = "run directories",
     kept_contents: str | None = None,
+    results: tuple[str, Callable[[dict[str, Any]], tuple[dict, dict]]] | None = None,
 ) -> int:
     """Runs a benchmark script's main() around its `benchmark` function.
 
     Checks for GNU time, prints the command (and `preamble`), makes the output root, runs the
-    benchmark, prints its report, writes `--json`, and cleans up unless `--keep`: the whole
+    benchmark, prints its report, writes `--json` and the results file (`--results`, unless
+    `--no-results`), and cleans up unless `--keep`: the whole
     output root when it is a temporary directory made here, otherwise only the paths the
     benchmark listed in `created` (so a given `--out-dir` keeps anything else, e.g. generated
     inputs the next run can reuse). After a failure every directory stays, since their logs
@@ -261,6 +266,9 @@ def run_benchmark(
         contents: what the output root holds, for the line "<contents> under <out_root>".
         kept_contents: what the failure message says is kept under the output root; defaults
             to `contents`.
+        results: (the benchmark's name in its results file, a function splitting the result
+            into (settings, figures)); `args` then needs `results` and `no_results` too
+            (results_file.add_arguments).
 
     Returns:
         The exit code: 0, or 1 when GNU time is missing or the benchmark raised BenchError
@@ -289,6 +297,13 @@ def run_benchmark(
     if args.json:
         args.json.write_text(json.dumps(result, indent=2) + "\n")
         print(f"\nJSON written to {args.json}")
+    if results is not None:
+        name, split = results
+        settings, figures = split(result)
+        placeholders = {} if own_temp_dir else {str(out_root): "OUT_DIR"}
+        results_file.write_from_args(
+            args, name, settings=settings, figures=figures, placeholders=placeholders
+        )
     if not args.keep:
         for path in [out_root] if own_temp_dir else created:
             shutil.rmtree(path, ignore_errors=True)
