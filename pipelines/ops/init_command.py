@@ -321,21 +321,13 @@ def render_spec(name: str, inference: Inference, csv_name: str, schema_ref: str 
     return "\n".join(lines)
 
 
-def cmd_init(args: argparse.Namespace) -> int:
-    """`conveyor init`: writes a spec from a CSV, copies the CSV where the spec reads it,
-    validates the spec and prints the next two commands.
+def init_spec(args: argparse.Namespace) -> bool:
+    """Writes the spec `args.name` from `args.csv`, copies the CSV where the spec reads it,
+    validates the spec under `args.profile` (default: every profile) and prints the next two
+    commands; False when it does not validate.
 
-    Exit code: 0 when written and valid; 1 when the CSV, the arguments or the result are not.
+    Raises InitError when the CSV or the arguments cannot make a spec.
     """
-    try:
-        written = _init(args)
-    except InitError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 1
-    return 0 if written else 1
-
-
-def _init(args: argparse.Namespace) -> bool:
     from pipelines.core.paths import PROJECT_ROOT, SPECS_DIR, default_workdir
     from pipelines.spec import checks
     from pipelines.spec import loading as config
@@ -382,45 +374,20 @@ def _init(args: argparse.Namespace) -> bool:
         print(f"  left out {column.name}: {column.why}")
     print(f"copied {source} to {target}")
     failures = 0
-    envs = [args.env] if args.env else config.list_profiles()
-    for env in envs:
+    profiles = [args.profile] if args.profile else config.list_profiles()
+    for profile in profiles:
         try:
-            loaded = config.load_spec(str(output), env=env, overrides=args.set, workdir=workdir)
+            loaded = config.load_spec(str(output), env=profile, overrides=args.set, workdir=workdir)
             checks.check_profile(loaded)
         except config.SpecError as err:
             failures += 1
-            print(f"FAIL {name} [{env}]: {err}", file=sys.stderr)
+            print(f"FAIL {name} [{profile}]: {err}", file=sys.stderr)
     if failures:
         return False
-    print(f"validated under {len(envs)} profile(s): {', '.join(envs)}")
+    print(f"validated under {len(profiles)} profile(s): {', '.join(profiles)}")
     spec_arg = name if output.resolve() == (SPECS_DIR / f"{name}.yaml").resolve() else str(output)
     where = f" --workdir {args.workdir}" if args.workdir else ""
     print("next:")
     print(f"  conveyor run {spec_arg}{where}")
     print(f"  conveyor serve {spec_arg}{where}")
     return True
-
-
-def register(sub, add_common_options) -> None:
-    """Adds `conveyor init` to the `conveyor` parser."""
-    p = sub.add_parser(
-        "init",
-        help="write a working spec from a CSV (features inferred with TFDV)",
-        description="Infers the features of a CSV with TFDV (numeric, categorical; ids, free "
-        "text and leaky columns left out with a comment saying why), writes "
-        "specs/NAME.yaml, copies the CSV into the workdir's data/NAME/, validates the "
-        "spec and prints the next two commands.",
-    )
-    p.add_argument("name", help="the pipeline's name (letters, digits, _)")
-    p.add_argument("--csv", required=True, help="the CSV to learn from (header row first)")
-    p.add_argument("--label", required=True, help="the column to predict")
-    p.add_argument(
-        "--task",
-        choices=("classification", "regression"),
-        help="default: classification for text or a few small integers, else regression",
-    )
-    p.add_argument("--output", help="the spec to write (default: specs/NAME.yaml)")
-    p.add_argument("--force", action="store_true", help="replace an existing spec and input files")
-    # --env: validate under that profile only (default: every profile, as `validate` does).
-    add_common_options(p, env_default=None)
-    p.set_defaults(func=cmd_init)

@@ -6,11 +6,13 @@ import sys
 import pytest
 
 from pipelines import cli
+from pipelines.core.paths import FRAMEWORK_ROOT
 
+# Run from an empty folder: `--project` names this repository's example project.
 PROBE = """
 import sys
 from pipelines import cli
-code = cli.main({argv!r})
+code = cli.main(["--project", {project!r}, *{argv!r}])
 heavy = sorted(m for m in ("tensorflow", "tfx", "apache_beam") if m in sys.modules)
 print("HEAVY", heavy)
 sys.exit(code)
@@ -23,7 +25,7 @@ sys.exit(code)
 )
 def test_light_commands_import_no_tensorflow(argv, tmp_path):
     done = subprocess.run(
-        [sys.executable, "-c", PROBE.format(argv=argv)],
+        [sys.executable, "-c", PROBE.format(project=str(FRAMEWORK_ROOT), argv=argv)],
         capture_output=True,
         text=True,
         check=False,
@@ -39,7 +41,7 @@ def test_report_prints_the_path_without_importing_tensorflow(tmp_path):
     report.parent.mkdir(parents=True)
     report.write_text("<html></html>")
     done = subprocess.run(
-        [sys.executable, "-c", PROBE.format(argv=["report", run_id])],
+        [sys.executable, "-c", PROBE.format(project=str(FRAMEWORK_ROOT), argv=["report", run_id])],
         capture_output=True,
         text=True,
         check=False,

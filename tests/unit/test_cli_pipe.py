@@ -4,7 +4,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from pipelines.core.paths import PROJECT_ROOT
+from pipelines.core.paths import FRAMEWORK_ROOT
 
 
 def _conveyor() -> list[str]:
@@ -17,7 +17,7 @@ def test_a_closed_pipe_ends_the_command_without_a_traceback():
     # command is still writing when the reader goes away, as with `| head -1`.
     argv = [*_conveyor(), "validate", *["taxi"] * 60, "--env", "ci", "--print"]
     process = subprocess.Popen(
-        argv, cwd=PROJECT_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        argv, cwd=FRAMEWORK_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE
     )
     first = process.stdout.readline()
     process.stdout.close()

@@ -465,6 +465,7 @@ def test_a_bad_models_config_in_the_workdir_is_named(tmp_path):
 
 
 def test_the_command_offers_exactly_the_targets_the_renderer_knows():
-    from pipelines.serving import deploy_command, manifests
+    from pipelines.cli import serving
+    from pipelines.serving import manifests
 
-    assert deploy_command.TARGETS == manifests.TARGETS
+    assert serving.DEPLOY_TARGETS == manifests.TARGETS

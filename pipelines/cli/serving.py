@@ -1,6 +1,7 @@
-"""`conveyor serve`: the local model server on a pipeline's pushed models.
+"""`conveyor serve` and `conveyor deploy render`: the local model server on a pipeline's
+pushed models, and Kubernetes manifests for serving them on a cluster.
 
-Imports nothing heavy until the command runs: `conveyor --help` stays fast.
+Imports nothing heavy until a command runs: `conveyor --help` stays fast.
 """
 
 from __future__ import annotations
@@ -8,15 +9,21 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import sys
+from pathlib import Path
 
+from pipelines.cli.options import add_common_options, load, workdir_of
 from pipelines.serving.model_server.process_options import (
     add_process_options,
     process_options_problem,
 )
 
+# manifests.TARGETS, repeated so that `conveyor --help` imports no protos (a test checks that
+# the two agree).
+DEPLOY_TARGETS = ("tf-serving", "kserve")
 
-def register(sub, add_common_options) -> None:
-    """Adds `conveyor serve` to the `conveyor` parser."""
+
+def register(sub) -> None:
+    """Adds `serve` and `deploy render` to the `conveyor` parser."""
     p = sub.add_parser(
         "serve",
         help="serve the pipeline's pushed models over TF Serving's REST API (local server)",
@@ -44,6 +51,28 @@ def register(sub, add_common_options) -> None:
     add_process_options(p)
     p.set_defaults(func=cmd_serve)
 
+    deploy = sub.add_parser(
+        "deploy",
+        help="Kubernetes manifests for a pipeline's model server",
+        description="Writes what a cluster needs to serve the pipeline's pushed models.",
+    )
+    actions = deploy.add_subparsers(dest="deploy_action", required=True)
+    p = actions.add_parser(
+        "render",
+        help="write YAML manifests (TF Serving Deployment, Service, ConfigMap; or KServe)",
+        description="tf-serving: a ConfigMap with models.config (the current version labels), "
+        "monitoring.config and batching.config, a Deployment of the tensorflow/serving image "
+        "and a Service; kserve: an InferenceService with a tensorflow predictor. Nothing is "
+        "applied to a cluster: use `kubectl apply -f DIR`.",
+    )
+    p.add_argument("pipeline")
+    p.add_argument("--target", required=True, choices=DEPLOY_TARGETS, help="what to render for")
+    p.add_argument(
+        "--output", help="folder to write (default: <workdir>/deploy/<pipeline>/<target>/)"
+    )
+    add_common_options(p)
+    p.set_defaults(func=cmd_deploy_render)
+
 
 def cmd_serve(args: argparse.Namespace) -> int:
     """`conveyor serve`: runs the server until interrupted.
@@ -51,11 +80,15 @@ def cmd_serve(args: argparse.Namespace) -> int:
     Exit code: 0 when stopped by Ctrl-C or SIGTERM; 1 (one `error:` line) for a spec error, a
     models.config TF Serving would refuse, or a port that cannot be opened.
     """
-    from pipelines.core.paths import RunPaths, default_workdir
-    from pipelines.serving.config import MODELS_CONFIG, ServingConfigError, batching_parameters
+    from pipelines.core.paths import RunPaths
     from pipelines.serving.model_server.batching import BatchingOptions
     from pipelines.serving.model_server.server import ServerOptions, run_server
-    from pipelines.spec.loading import load_spec
+    from pipelines.serving_state.config_files import (
+        MODELS_CONFIG,
+        ServingConfigError,
+        batching_parameters,
+        models_config_path,
+    )
 
     if args.poll_seconds <= 0:
         print("error: --poll-seconds must be positive", file=sys.stderr)
@@ -64,10 +97,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if problem:
         print(f"error: {problem}", file=sys.stderr)
         return 1
-    workdir = default_workdir(args.workdir)
-    spec = load_spec(args.pipeline, env=args.env, overrides=args.set, workdir=workdir).spec
+    workdir = workdir_of(args)
+    spec = load(args, args.pipeline).spec
     paths = RunPaths(workdir=workdir, spec=spec)
-    config_file = paths.serving_config_dir / MODELS_CONFIG
+    config_file = models_config_path(paths.serving_config_dir)
     batching = None
     if spec.push.batching is not None:
         # The parameters the Pusher writes to batching.config for TF Serving, from the spec.
@@ -107,3 +140,37 @@ def cmd_serve(args: argparse.Namespace) -> int:
             model_name=spec.push.model_name, model_base_path=str(paths.serving_dir), **common
         )
     return run_server(options)
+
+
+def cmd_deploy_render(args: argparse.Namespace) -> int:
+    """`conveyor deploy render`: writes the manifests and prints each file written.
+
+    Exit code: 0 when written; 1 when the spec, its `push.deploy` or the workdir's
+    models.config cannot be used (one `error:` line naming the file or key).
+    """
+    from pipelines.core.paths import RunPaths
+    from pipelines.serving.manifests import DeployError, default_output, write_manifests
+    from pipelines.serving_state import ServingConfigError, current_entry
+
+    workdir = workdir_of(args)
+    spec = load(args, args.pipeline).spec
+    paths = RunPaths(workdir=workdir, spec=spec)
+    output = Path(args.output) if args.output else default_output(workdir, spec.name, args.target)
+    try:
+        current = None
+        if args.target == "tf-serving":
+            current = current_entry(paths.serving_config_dir, spec.push.model_name)
+            if current is None:
+                print(
+                    f"note: no models.config for {spec.push.model_name} in "
+                    f"{paths.serving_config_dir}: the ConfigMap serves by the spec's version "
+                    "policy, with no labels yet (render again after a push)",
+                    file=sys.stderr,
+                )
+        written = write_manifests(spec, args.target, output, current)
+    except (DeployError, ServingConfigError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    for path in written:
+        print(f"wrote {path}")
+    return 0

@@ -1,7 +1,8 @@
-"""`conveyor models`, `conveyor promote` and `conveyor rollback`: the served versions of a
-pipeline's model and its version labels (the rules are in pipelines/ops/labels.py).
+"""`conveyor bless`, `lineage`, `models`, `promote` and `rollback`: the versions a pipeline
+pushed, where they came from, and which of them are served under which label (the rules are in
+pipelines/ops/labels.py).
 
-Each handler imports what it needs when it runs: `conveyor --help` and `conveyor models` never
+Each handler imports what it needs when it runs: `conveyor --help`, `models` and `lineage` never
 import TensorFlow or TFX.
 """
 
@@ -10,11 +11,31 @@ from __future__ import annotations
 import argparse
 import sys
 
+from pipelines.cli.options import add_common_options, load, workdir_of
 from pipelines.core.outcome import EXIT_FAILED
 
 
-def register(sub, add_common_options) -> None:
-    """Adds `models`, `promote` and `rollback` to the `conveyor` parser."""
+def register(sub) -> None:
+    """Adds `bless`, `lineage`, `models`, `promote` and `rollback` to the `conveyor` parser."""
+    p = sub.add_parser(
+        "bless",
+        help="push a candidate held by evaluation.first_run: require_manual_bless",
+        description="Publishes the candidate a run held for review as the next served version "
+        "and records in ML Metadata who blessed it and why.",
+    )
+    p.add_argument("pipeline")
+    p.add_argument("--run", required=True, metavar="RUN_ID", help="the run whose candidate to push")
+    p.add_argument("--reason", required=True, help="why the candidate may be served (recorded)")
+    p.add_argument("--by", help="who blesses it (default: the user name)")
+    add_common_options(p)
+    p.set_defaults(func=cmd_bless)
+
+    p = sub.add_parser("lineage", help="which spans, schema and code made each pushed version")
+    p.add_argument("pipeline")
+    p.add_argument("--version", help="one pushed version only")
+    add_common_options(p)
+    p.set_defaults(func=cmd_lineage)
+
     p = sub.add_parser(
         "models",
         help="every version of a pipeline's model on disk: labels, run, spans, metrics",
@@ -58,18 +79,65 @@ def register(sub, add_common_options) -> None:
     p.set_defaults(func=cmd_rollback)
 
 
+def cmd_bless(args: argparse.Namespace) -> int:
+    """`conveyor bless`: pushes the candidate a run held for review
+    (`evaluation.first_run: require_manual_bless`) and records who blessed it and why.
+
+    Exit code: 0 when pushed, 1 when the run's candidate cannot be blessed.
+    """
+    import getpass
+
+    from pipelines.core.paths import RunPaths
+    from pipelines.ops.bless import BlessError, bless
+
+    loaded = load(args, args.pipeline)
+    paths = RunPaths(workdir=workdir_of(args), spec=loaded.spec)
+    try:
+        blessed = bless(paths, args.run, args.by or getpass.getuser(), args.reason)
+    except BlessError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_FAILED
+    print(f"PUSHED: version {blessed.version} to {blessed.target} (blessed run {args.run})")
+    return 0
+
+
+def cmd_lineage(args: argparse.Namespace) -> int:
+    """`conveyor lineage`: prints, for each pushed version (or only `--version`), the spans,
+    schema and code that made it, and the label moves to it, as ML Metadata records them.
+
+    Exit code: 0; 1 when the `--version` asked for is not recorded (no pushes at all is 0).
+    """
+    from pipelines.core.metadata import open_store, pushed_lineage
+    from pipelines.core.paths import RunPaths
+
+    loaded = load(args, args.pipeline)
+    paths = RunPaths(workdir=workdir_of(args), spec=loaded.spec)
+    store = open_store(loaded.spec, paths.metadata_path)
+    pushes = pushed_lineage(store, loaded.spec.name) if store else []
+    if args.version:
+        pushes = [p for p in pushes if p.version == args.version]
+    if not pushes:
+        print(f"no pushed versions of {loaded.spec.name} recorded in {paths.metadata_path}")
+        return EXIT_FAILED if args.version else 0
+    from pipelines import serving_state
+
+    moves = serving_state.moves_by_version(store, loaded.spec.name)
+    for push in pushes:
+        print(push.describe())
+        for move in moves.get(push.version, []):  # pushes, promotes, rollbacks to the version
+            print(f"  labels    {move.describe()}")
+    return 0
+
+
 def _add_who_and_why(p: argparse.ArgumentParser) -> None:
     p.add_argument("--reason", default="", help="why (recorded in ML Metadata)")
     p.add_argument("--by", help="who (default: the user name)")
 
 
 def _paths(args: argparse.Namespace):
-    from pipelines.core.paths import RunPaths, default_workdir
-    from pipelines.spec.loading import load_spec
+    from pipelines.core.paths import RunPaths
 
-    workdir = default_workdir(args.workdir)
-    loaded = load_spec(args.pipeline, env=args.env, overrides=args.set, workdir=workdir)
-    return RunPaths(workdir=workdir, spec=loaded.spec)
+    return RunPaths(workdir=workdir_of(args), spec=load(args, args.pipeline).spec)
 
 
 def cmd_models(args: argparse.Namespace) -> int:
@@ -77,24 +145,19 @@ def cmd_models(args: argparse.Namespace) -> int:
 
     Exit code: 0 (also with no versions); 1 when models.config cannot be read.
     """
-    from pipelines.ops import labels
-    from pipelines.serving.config import MODELS_CONFIG
+    from pipelines import serving_state
 
     paths = _paths(args)
     push = paths.spec.push
-    config_file = paths.serving_config_dir / MODELS_CONFIG
-    rows = labels.version_rows(paths)
+    state = serving_state.models_table(paths)
+    rows, entry, hold, unlabelled = state.rows, state.entry, state.hold, state.unlabelled
     if not rows:
         print(f"no versions of {push.model_name} in {paths.serving_dir}")
         return 0
-    entry = None
-    try:
-        entry = labels.current_entry(paths.serving_config_dir, push.model_name)
-    except ValueError as err:  # ServingConfigError: still show what is on disk
-        print(f"warning: {err}", file=sys.stderr)
+    if state.entry_error:  # still show what is on disk
+        print(f"warning: {state.entry_error}", file=sys.stderr)
     policy = entry.policy if entry else "(no entry)"
-    print(f"{push.model_name}: {paths.serving_dir}; {config_file} policy {policy}")
-    hold = labels.read_hold(paths.serving_config_dir, push.model_name)
+    print(f"{push.model_name}: {paths.serving_dir}; {state.config_file} policy {policy}")
     if hold is not None:
         why = f" by {hold.by}" if hold.by else ""
         why += f": {hold.reason}" if hold.reason else ""
@@ -102,7 +165,6 @@ def cmd_models(args: argparse.Namespace) -> int:
             f"held: stable stays on version {hold.rolled_back_to} since the rollback of "
             f"{hold.since}{why}; pushes get canary until `conveyor promote --label stable`"
         )
-    unlabelled = labels.unlabelled_versions(entry)
     if unlabelled:
         print(
             f"loaded without a label: version {', '.join(map(str, unlabelled))} (its label move "
@@ -142,7 +204,8 @@ def _move(args: argparse.Namespace, what: str, action) -> int:
     """Runs a label move under the pipeline's lock, after reconcile, and prints its result."""
     import getpass
 
-    from pipelines.ops import nightly, serving_state
+    from pipelines import serving_state
+    from pipelines.ops import nightly
 
     paths = _paths(args)
     by = args.by or getpass.getuser()
@@ -163,12 +226,12 @@ def cmd_promote(args: argparse.Namespace) -> int:
     Exit code: 0 when done (or already so); 1 when refused (unknown label, a version not on
     disk or not recorded); 75 when another run holds the pipeline's lock.
     """
-    from pipelines.ops import labels
+    from pipelines import serving_state
 
     return _move(
         args,
         "promote",
-        lambda paths, by: labels.promote(paths, args.version, args.label, by, args.reason),
+        lambda paths, by: serving_state.promote(paths, args.version, args.label, by, args.reason),
     )
 
 
@@ -178,8 +241,8 @@ def cmd_rollback(args: argparse.Namespace) -> int:
     Exit code: 0 when done; 1 when refused (no earlier version, a version not on disk or not
     recorded); 75 when another run holds the pipeline's lock.
     """
-    from pipelines.ops import labels
+    from pipelines import serving_state
 
     return _move(
-        args, "rollback", lambda paths, by: labels.rollback(paths, args.to, by, args.reason)
+        args, "rollback", lambda paths, by: serving_state.rollback(paths, args.to, by, args.reason)
     )
