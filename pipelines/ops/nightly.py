@@ -428,7 +428,7 @@ class CronEntry:
 def cron_entry(
     spec_name: str,
     cron: str,
-    env: str | None,
+    profile: str | None,
     workdir: Path,
     timezone: str = "UTC",
     overrides: Sequence[str] = (),
@@ -439,8 +439,8 @@ def cron_entry(
     spec that was scheduled (its time zone included)."""
     executable = conveyor or str(Path(sys.executable).with_name("conveyor"))
     command = [executable, "run", spec_name, "--date", "yesterday", "--workdir", str(workdir)]
-    if env:
-        command += ["--env", env]
+    if profile:
+        command += ["--profile", profile]
     for override in overrides:
         command += ["--set", override]
     log = runs_root(workdir) / spec_name / CRON_LOG

@@ -1,6 +1,6 @@
 """Airflow 2: the built pipeline as a DAG (TFX's AirflowDagRunner), one DAG run a night.
 
-`conveyor compile NAME --env airflow` writes a small DAG file holding the resolved spec and the
+`conveyor compile NAME --profile airflow` writes a small DAG file holding the resolved spec and the
 working directory; when Airflow imports it, `airflow_dag` validates the spec again and builds
 the pipeline with `pipelines.builder.pipeline.build_pipeline`, the same one `conveyor run` runs.
 
@@ -184,7 +184,7 @@ def write_dag_file(
 ) -> Path:
     """Writes the DAG file for `loaded` (checked first: it must build) and returns its path."""
     spec = loaded.spec
-    command = f"conveyor compile {spec.name} --env {loaded.env}" + "".join(
+    command = f"conveyor compile {spec.name} --profile {loaded.env}" + "".join(
         f" --set {o}" for o in overrides
     )
     source = _DAG_FILE.format(

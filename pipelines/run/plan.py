@@ -43,7 +43,7 @@ class Run:
         if loaded.spec.data.format is DataFormat.BIGQUERY:
             raise SpecError(
                 f"{loaded.spec.name}: data.format 'bigquery' cannot run here (no BigQuery to "
-                f"reach); compile it instead: `conveyor compile {loaded.spec.name} --env "
+                f"reach); compile it instead: `conveyor compile {loaded.spec.name} --profile "
                 "kubeflow`. To run locally, export the query's rows to Parquet and set "
                 "data.format: parquet (docs/inputs.md)."
             )

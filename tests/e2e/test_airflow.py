@@ -1,4 +1,4 @@
-"""`conveyor compile NAME --env airflow` for a real Airflow 2 on SQLite in a temporary
+"""`conveyor compile NAME --profile airflow` for a real Airflow 2 on SQLite in a temporary
 AIRFLOW_HOME: the DAG folder imports with no errors (DagBag), the DAG has the profile's schedule
 and the spec's edges, the logical date selects the night's span, a final task finishes every DAG
 run, and `airflow dags test` runs the penguin DAG to a pushed model, with its summary, report and

@@ -1,4 +1,4 @@
-"""`conveyor compile NAME --env kubeflow`: every spec compiles with KubeflowV2DagRunner to a
+"""`conveyor compile NAME --profile kubeflow`: every spec compiles with KubeflowV2DagRunner to a
 PipelineJob that parses strictly into kfp-pipeline-spec's protos, whose task graph is the spec's,
 whose image, commands, Beam arguments and resources are the profile's, and whose exit handler
 gets the run's final status after every task. No cluster needed."""

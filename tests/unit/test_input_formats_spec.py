@@ -71,7 +71,7 @@ def test_run_of_a_bigquery_spec_is_refused_with_what_to_do(tmp_path, capsys):
     assert cli.main([*argv, "--workdir", str(tmp_path)]) == 1
     err = capsys.readouterr().err
     assert "data.format 'bigquery' cannot run here" in err
-    assert "conveyor compile penguin --env kubeflow" in err
+    assert "conveyor compile penguin --profile kubeflow" in err
 
 
 def test_run_without_parquet_files_names_the_folder(tmp_path, capsys):
