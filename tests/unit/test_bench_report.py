@@ -1,0 +1,122 @@
+"""The benchmark tables: bench/report.py renders a results file into the table it should, and
+the committed README.md and bench/README.md hold exactly what it renders from the committed
+bench/results/*.json (as test_monitoring_dashboards checks the committed dashboards), so no
+figure in them is copied by hand or left behind by a newer run."""
+
+import json
+
+import pytest
+
+from bench import report
+
+PENGUIN = {
+    "format": 1,
+    "benchmark": "penguin",
+    "commit": "0123456789abcdef0123456789abcdef01234567",
+    "dirty": False,
+    "date": "2030-01-02T03:04:05+00:00",
+    "command": ".venv/bin/python bench/bench_penguin.py --repeats 3",
+    "machine": {
+        "cores": 2,
+        "memory_gib": 23.5,
+        "cpu_model": "AMD EPYC",
+        "os": "Linux-6.1-x86_64-with-glibc2.36",
+        "python": "3.10.13",
+        "load_average_at_end": [0.8, 1.0, 1.1],
+    },
+    "settings": {"repeats": 3, "raw_script": "bench/reference/raw_tfx_penguin.py"},
+    "figures": {
+        "scenarios": {
+            "cold": {
+                "label": "cold",
+                "raw_scenario": "cold",
+                "raw_seconds": 100.0,
+                "conveyor_seconds": 25.0,
+                "seconds_ratio": 0.25,
+                "raw_peak_mib": 1066.4,
+                "conveyor_peak_mib": 883.0,
+                "peak_ratio": 0.828,
+                "raw_seconds_range": [98.2, 111.0],
+                "conveyor_seconds_range": [22.0, 26.4],
+            },
+            "rerun": {
+                "label": "unchanged re-run",
+                "raw_scenario": "rerun",
+                "raw_seconds": 24.7,
+                "conveyor_seconds": 0.5,
+                "seconds_ratio": 0.0202,
+                "raw_peak_mib": 980.0,
+                "conveyor_peak_mib": 43.0,
+                "peak_ratio": 0.0439,
+                "raw_seconds_range": [24.7, 24.7],
+                "conveyor_seconds_range": [0.4, 0.6],
+            },
+        },
+        "conveyor_help": {"median_seconds": 0.281, "runs": [0.28, 0.281, 0.3]},
+        "pushed_versions_after_run": {},
+        "aims": [
+            {"what": "cold run at most 0.25 of raw TFX's wall time", "value": 0.25, "met": True}
+        ],
+    },
+}
+
+PENGUIN_BLOCK = """\
+| scenario | raw TFX s | Conveyor s | ratio | raw peak MiB | Conveyor peak MiB | ratio |
+|---|---:|---:|---:|---:|---:|---:|
+| cold | 100.0 (98.2-111.0) | 25.0 (22.0-26.4) | 0.25 | 1,066 | 883 | 0.83 |
+| unchanged re-run | 24.7 | 0.5 (0.4-0.6) | 0.02 | 980 | 43 | 0.04 |
+| `conveyor --help` |  | 0.28 |  |  |  |  |
+
+- cold run at most 0.25 of raw TFX's wall time: 0.25, **met**
+
+Measured at commit `0123456` on 2030-01-02 03:04:05 UTC with \
+`.venv/bin/python bench/bench_penguin.py --repeats 3`; 2 cores, 23.5 GiB, AMD EPYC, \
+Linux-6.1-x86_64-with-glibc2.36, Python 3.10.13; load average at the end 0.80.
+"""
+
+
+def test_a_results_file_renders_into_its_table():
+    assert report.render_block("penguin", {"penguin": PENGUIN}) == PENGUIN_BLOCK
+
+
+def test_only_the_text_between_markers_is_rewritten():
+    text = (
+        "before\n<!-- bench:penguin:start -->\nold figures\n<!-- bench:penguin:end -->\n"
+        "after\n<!-- bench:trainer:start -->\n<!-- bench:trainer:end -->\n"
+    )
+    rendered = report.render_document(text, {"penguin": PENGUIN})
+    assert rendered == (
+        f"before\n<!-- bench:penguin:start -->\n{PENGUIN_BLOCK}<!-- bench:penguin:end -->\n"
+        "after\n<!-- bench:trainer:start -->\n"
+        "No results yet: `make bench-trainer` writes `bench/results/trainer.json`.\n"
+        "<!-- bench:trainer:end -->\n"
+    )
+    assert report.render_document(rendered, {"penguin": PENGUIN}) == rendered
+
+
+def test_the_summary_gives_each_benchmark_a_row_with_its_commit_or_its_command():
+    summary = report.render_block("summary", {"penguin": PENGUIN})
+    assert (
+        "| penguin pipeline, Conveyor beside raw TFX | cold run 0.25 of raw TFX's wall time "
+        "(25.0 s against 100.0 s); unchanged re-run 0.5 s against 24.7 s | `0123456`, 2 cores |"
+    ) in summary
+    assert "| trainer examples/s by distribution | no results yet (`make bench-trainer`) |  |" in (
+        summary
+    )
+    assert summary.startswith("| benchmark | figures (medians) | measured at |\n")
+    assert summary.count("\n| ") == len(report.SLOTS)  # one row per slot
+
+
+def test_a_results_file_of_another_format_is_refused(tmp_path):
+    (tmp_path / "penguin.json").write_text(json.dumps({**PENGUIN, "format": 0}))
+    with pytest.raises(SystemExit, match="not a results file this script reads"):
+        report.load_results(tmp_path)
+
+
+@pytest.mark.parametrize("document", report.DOCUMENTS, ids=lambda path: path.name)
+def test_the_committed_tables_are_what_the_results_render(document):
+    text = document.read_text()
+    assert report.MARKERS.search(text), f"{document.name} has no benchmark table markers"
+    assert text == report.render_document(text, report.load_results()), (
+        f"the benchmark tables of {document.name} are stale: run `make bench-report`"
+    )
