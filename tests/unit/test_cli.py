@@ -1,5 +1,6 @@
 """The command line answers --help, list and validate without importing TensorFlow or TFX."""
 
+import os
 import subprocess
 import sys
 
@@ -94,3 +95,43 @@ def test_preparing_the_same_data_again_leaves_the_file_untouched(tmp_path, capsy
     assert cli.main(["data", "penguin", "--workdir", str(tmp_path)]) == 0
     assert written.stat().st_mtime_ns == first  # ExampleGen's fingerprint stays the same
     assert not list(written.parent.glob("*.partial"))
+
+
+def test_env_is_another_name_for_profile(capsys):
+    assert cli.main(["validate", "taxi", "--profile", "ci"]) == 0
+    by_profile = capsys.readouterr()
+    assert cli.main(["validate", "taxi", "--env", "ci"]) == 0
+    assert capsys.readouterr() == by_profile
+    assert by_profile.out.startswith("ok   taxi [ci]: ")
+    assert "[local]" not in by_profile.out  # one profile, not all of them
+
+
+def test_the_crontab_line_names_the_profile_with_profile(tmp_path, capsys):
+    argv = ["schedule", "penguin", "--print", "--workdir", str(tmp_path)]
+    assert cli.main([*argv, "--env", "ci"]) == 0
+    by_env = capsys.readouterr().out
+    assert cli.main([*argv, "--profile", "ci"]) == 0
+    assert capsys.readouterr().out == by_env
+    assert " --profile ci" in by_env and "--env" not in by_env
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--project", ".", "list"],  # before the subcommand
+        ["list", "--project", "."],
+        ["validate", "penguin", "--profile", "ci", "--project", "."],
+    ],
+)
+def test_project_sets_conveyor_project_to_its_absolute_path(argv, monkeypatch, capsys):
+    monkeypatch.setenv("CONVEYOR_PROJECT", "/nowhere")  # restored after the test
+    monkeypatch.chdir(FRAMEWORK_ROOT)
+    assert cli.main(argv) == 0
+    assert os.environ["CONVEYOR_PROJECT"] == str(FRAMEWORK_ROOT)
+
+
+def test_without_project_conveyor_project_is_left_alone(monkeypatch, capsys):
+    monkeypatch.setenv("CONVEYOR_PROJECT", str(FRAMEWORK_ROOT))
+    monkeypatch.chdir("/")
+    assert cli.main(["list"]) == 0
+    assert os.environ["CONVEYOR_PROJECT"] == str(FRAMEWORK_ROOT)
