@@ -495,7 +495,7 @@ def raw_values(serialized: bytes, inputs: Mapping[str, Any]) -> dict[str, Any]:
     lacks is the trainer's missing marker (NaN, -1 or "")."""
     import tensorflow as tf
 
-    from components.trainer.model import MISSING_FLOAT, MISSING_INT, MISSING_STRING
+    from components.trainer.parsing import MISSING_FLOAT, MISSING_INT, MISSING_STRING
 
     example = tf.train.Example.FromString(serialized)
     values = {}

@@ -25,19 +25,12 @@ import tf_keras as keras
 
 from components.trainer.features import (
     DType,
-    FeatureInfo,
     FeatureSet,
     LabelInfo,
     TrainerConfigError,
 )
-
-# What a missing value looks like once parsed: tf.Example simply omits the feature.
-MISSING_FLOAT = float("nan")
-MISSING_INT = -1
-MISSING_STRING = b""
-
-_TF_DTYPES = {DType.FLOAT: tf.float32, DType.INT: tf.int64, DType.STRING: tf.string}
-_MISSING = {DType.FLOAT: MISSING_FLOAT, DType.INT: MISSING_INT, DType.STRING: MISSING_STRING}
+from components.trainer.parsing import MISSING_INT, parse_examples, raw_input_signature
+from components.trainer.signatures import TfServingSignatures, method_names, set_method_names
 
 # Output keys of the exported signatures (TFMA reads PREDICTION_KEY; the label encoder's key is
 # the label name with this suffix).
@@ -49,35 +42,6 @@ LABEL_SUFFIX = "_encoded"
 WARM_START_DIR = "assets.extra"
 ARCHITECTURE_FILE = "conveyor_architecture.json"
 WEIGHTS_FILE = "conveyor_weights.npz"
-
-
-def _columns(features: FeatureSet, with_label: bool) -> list[FeatureInfo | LabelInfo]:
-    return [*features.features, features.label] if with_label else list(features.features)
-
-
-def parse_examples(
-    serialized: tf.Tensor, features: FeatureSet, with_label: bool
-) -> dict[str, tf.Tensor]:
-    """Parses tf.Examples into one scalar per row and column; a missing value becomes a marker.
-
-    TFX's CSV decoding writes an empty field as a feature with no values (not an absent
-    feature), which a FixedLenFeature refuses; ragged parsing accepts both.
-    """
-    columns = _columns(features, with_label)
-    ragged = tf.io.parse_example(
-        serialized, {c.name: tf.io.RaggedFeature(_TF_DTYPES[c.dtype]) for c in columns}
-    )
-    return {
-        c.name: ragged[c.name].to_tensor(default_value=_MISSING[c.dtype], shape=[None, 1])[:, 0]
-        for c in columns
-    }
-
-
-def raw_input_signature(features: FeatureSet) -> dict[str, tf.TensorSpec]:
-    """One batch-long vector per feature column, named after it: the `serving_default` input."""
-    return {
-        f.name: tf.TensorSpec([None], _TF_DTYPES[f.dtype], name=f.name) for f in features.features
-    }
 
 
 def load_embedding(path: str) -> Callable[[tf.Tensor], tf.Tensor]:
@@ -399,8 +363,6 @@ def export(module: ServingModule, path: str, trainer: Mapping[str, Any]) -> None
     Beside the module's own signatures it carries TF Serving's `classification` or
     `regression` signature, with the method name TF Serving's Classify or Regress expects
     (components/trainer/signatures.py)."""
-    from components.trainer.signatures import TfServingSignatures, method_names, set_method_names
-
     tf_serving = TfServingSignatures(module).signatures()
     tf.saved_model.save(module, path, signatures={**module.signatures(), **tf_serving})
     set_method_names(path, method_names(tf_serving))

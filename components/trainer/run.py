@@ -44,6 +44,7 @@ from components.trainer.features import (
     describe,
     label_counts,
 )
+from components.trainer.parsing import MISSING_INT, MISSING_STRING, parse_examples
 
 log = logging.getLogger(__name__)
 
@@ -150,7 +151,7 @@ def make_dataset(
     # is not called here.
     @tf.autograph.experimental.do_not_convert
     def to_training_triple(serialized: tf.Tensor):
-        parsed = model_lib.parse_examples(serialized, features, with_label=True)
+        parsed = parse_examples(serialized, features, with_label=True)
         target = preprocessor.encode_label(parsed.pop(label_name))
         vector = preprocessor.vectorize(parsed)
         if classification:
@@ -195,11 +196,11 @@ def count_unseen_labels(
         return {}
     only_label = FeatureSet(features=(), label=label)
     string_label = label.dtype is DType.STRING
-    missing_value = model_lib.MISSING_STRING if string_label else model_lib.MISSING_INT
+    missing_value = MISSING_STRING if string_label else MISSING_INT
 
     @tf.autograph.experimental.do_not_convert  # graph-mode code: see make_dataset
     def label_and_class(serialized: tf.Tensor):
-        raw = model_lib.parse_examples(serialized, only_label, with_label=True)[label.name]
+        raw = parse_examples(serialized, only_label, with_label=True)[label.name]
         return raw, preprocessor.encode_label(raw)
 
     counts: dict[str, dict[str, Any]] = {}

@@ -29,9 +29,14 @@ call, so a client asks for `"signature_name": "classification"` (or `"regression
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import tensorflow as tf
 
-from components.trainer.model import ServingModule, parse_examples
+from components.trainer.parsing import parse_examples
+
+if TYPE_CHECKING:  # only for annotations: the model module exports with these signatures
+    from components.trainer.model import ServingModule
 
 CLASSIFICATION_SIGNATURE = "classification"
 REGRESSION_SIGNATURE = "regression"
