@@ -20,6 +20,9 @@ os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 os.environ.setdefault("CONVEYOR_MYSQL_PASSWORD", "not-a-real-password")
 
 DATA_DIR = Path(__file__).parent / "data"
+# The suite tests Conveyor on its example project, this repository's root, from any folder (some
+# tests run commands in a temporary one); the subprocesses they start inherit it.
+os.environ.setdefault("CONVEYOR_PROJECT", str(Path(__file__).resolve().parents[1]))
 
 
 def pytest_collection_modifyitems(items):

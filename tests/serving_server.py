@@ -16,7 +16,7 @@ from pathlib import Path
 
 import httpx
 
-from pipelines.core.paths import PROJECT_ROOT
+from pipelines.core.paths import FRAMEWORK_ROOT
 
 STARTUP_SECONDS = 90
 
@@ -73,7 +73,7 @@ def serving(
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONUNBUFFERED": "1"}
     with open(log_path, "wb") as log:
         process = subprocess.Popen(
-            argv, cwd=PROJECT_ROOT, stdout=log, stderr=subprocess.STDOUT, env=env
+            argv, cwd=FRAMEWORK_ROOT, stdout=log, stderr=subprocess.STDOUT, env=env
         )
     try:
 

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from pipelines.core.paths import PROJECT_ROOT
+from pipelines.core.paths import FRAMEWORK_ROOT
 
-SCRIPT = PROJECT_ROOT / "scripts" / "ensure_system_packages.sh"
+SCRIPT = FRAMEWORK_ROOT / "scripts" / "ensure_system_packages.sh"
 
 
 def binary(name: str) -> str | None:

@@ -44,6 +44,7 @@ from tfx.utils import io_utils, path_utils
 
 from components.infra_validator import blessing as infra_blessing
 from components.infra_validator import spare
+from pipelines.core.paths import FRAMEWORK_ROOT
 
 MODEL_NAME_KEY = "model_name"
 LATENCY_BUDGET_KEY = "latency_budget_ms"
@@ -61,7 +62,6 @@ RELATIVE_TOLERANCE = 1e-5
 ABSOLUTE_TOLERANCE = 1e-6
 REQUEST_TIMEOUT_SECONDS = 30.0
 STOP_GRACE_SECONDS = 10.0
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
 # Prepended to the server's command: the child asks Linux to SIGKILL it when this process dies
 # (PR_SET_PDEATHSIG survives exec), so a killed run leaves no model server behind.
@@ -254,7 +254,7 @@ class ModelServer:
         command = ["-m", RUNTIME_MODULE, *arguments]
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(
-            p for p in (str(PROJECT_ROOT), env.get("PYTHONPATH")) if p
+            p for p in (str(FRAMEWORK_ROOT), env.get("PYTHONPATH")) if p
         )
         with open(log_file, "wb") as log:
             process = subprocess.Popen(
@@ -262,7 +262,6 @@ class ModelServer:
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
-                cwd=str(PROJECT_ROOT),
                 env=env,
                 start_new_session=True,  # its own process group: stop() ends all of it
             )

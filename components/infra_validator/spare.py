@@ -29,7 +29,8 @@ from pathlib import Path
 
 from absl import logging
 
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
+from pipelines.core.paths import FRAMEWORK_ROOT
+
 RUNTIME_MODULE = "pipelines.serving.model_server"
 
 # What the spare runs (`python -c SPARE_PROGRAM PARENT_PID`): die with the parent, import what
@@ -70,8 +71,9 @@ _spare: subprocess.Popen | None = None
 def start() -> None:
     """Starts the spare process, unless one is already waiting (at most one per process).
 
-    Its output until it is taken is discarded; it runs from the project's root with the project
-    on PYTHONPATH, in a process group of its own, as the executor starts a server.
+    Its output until it is taken is discarded; it runs with Conveyor's packages on PYTHONPATH
+    (so a source checkout serves too), in a process group of its own, as the executor starts a
+    server.
     """
     global _spare
     with _lock:
@@ -79,14 +81,13 @@ def start() -> None:
             return
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(
-            p for p in (str(PROJECT_ROOT), env.get("PYTHONPATH")) if p
+            p for p in (str(FRAMEWORK_ROOT), env.get("PYTHONPATH")) if p
         )
         _spare = subprocess.Popen(
             [sys.executable, "-c", SPARE_PROGRAM, str(os.getpid())],
             stdin=subprocess.PIPE,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
-            cwd=str(PROJECT_ROOT),
             env=env,
             start_new_session=True,  # its own process group: the executor's stop() ends all of it
         )

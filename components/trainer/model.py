@@ -51,9 +51,9 @@ def load_embedding(path: str) -> Callable[[tf.Tensor], tf.Tensor]:
     Raises:
       TrainerConfigError: when there is no SavedModel there, or calling it fails.
     """
-    from pipelines.core.paths import PROJECT_ROOT
+    from pipelines.core.project import find_project
 
-    folder = path if os.path.isabs(path) else os.path.join(PROJECT_ROOT, path)
+    folder = path if os.path.isabs(path) else str(find_project().file(path))
     try:
         module = tf.saved_model.load(folder)
     except (OSError, ValueError, tf.errors.OpError) as err:

@@ -84,9 +84,11 @@ def code_version(user_code: dict[str, str] | None = None) -> str:
     it (the Trainer, Transform, the Arrow reader)."""
     import hashlib
 
-    from pipelines.spec.loading import source_digest
+    from pipelines.core.paths import framework_version
 
-    conveyor = source_digest(("components",), (".py",))
+    # Executors' code only: from source, an edit to the command line or the report must not
+    # re-train; installed, the version pins all of it.
+    conveyor = hashlib.sha256(framework_version(("components",)).encode()).hexdigest()
     if not user_code:
         return conveyor[:16]
     combined = hashlib.sha256(conveyor.encode())

@@ -1,8 +1,11 @@
-"""Where everything lives: the project's own folders, and one pipeline's files under a workdir.
+"""Where everything lives: Conveyor's installed files, the project's files, and one pipeline's
+files under a workdir.
 
 Every path rule of Conveyor is here, so the builder, the runners, the nightly loop, the report
-and the command line agree on them by construction. This module imports nothing heavy and no
-other Conveyor module at run time: every layer may use it.
+and the command line agree on them by construction. This module imports nothing heavy and
+nothing of Conveyor's above `pipelines.core`: every layer may use it. The project (specs,
+profile layers, schemas, the team's modules) is found at call time by `pipelines.core.project`,
+never at import.
 
 A working directory holds, per pipeline `NAME`:
 
@@ -20,25 +23,30 @@ A working directory holds, per pipeline `NAME`:
 
 from __future__ import annotations
 
+import hashlib
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-# The repository root (this file is pipelines/core/paths.py).
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
-# Where the framework itself is installed (the same folder while Conveyor runs from its source).
-FRAMEWORK_ROOT = PROJECT_ROOT
+from pipelines.core.project import ProjectNotFound, find_project
+
+# Where Conveyor's packages are installed (the parent of pipelines/ and components/): the source
+# checkout when it runs from source or installed editable, site-packages from a wheel. A team's
+# project is elsewhere, found when a command needs it (pipelines.core.project).
+FRAMEWORK_ROOT = Path(__file__).resolve().parents[2]
+# Conveyor's default profiles, package data that a project's configs/ENV.yaml layers over.
+FRAMEWORK_PROFILES_DIR = FRAMEWORK_ROOT / "pipelines" / "profiles"
+# Conveyor's own lock, present only in its source checkout.
+FRAMEWORK_LOCK = FRAMEWORK_ROOT / "requirements.lock"
+# Conveyor's code, whose digest is its version when it runs from source.
+CODE_PACKAGES = ("pipelines", "components")
+DISTRIBUTION = "conveyor"
 
 if TYPE_CHECKING:  # the spec models import this module's constants for nothing at run time
     from pipelines.spec.models import PipelineSpec
 
-
-SPECS_DIR = PROJECT_ROOT / "specs"
-CONFIGS_DIR = PROJECT_ROOT / "configs"
-LOCK_FILE = PROJECT_ROOT / "requirements.lock"
-# The project's own code whose digest is part of a run's code version and fingerprint.
-CODE_PACKAGES = ("pipelines", "components")
 
 RUNS_DIR = "runs"
 RUN_LOG = "run.log"
@@ -60,16 +68,65 @@ def default_workdir(explicit: str | os.PathLike | None = None) -> Path:
 
 
 def project_file(relative: str | os.PathLike) -> Path:
-    """A path the spec gives relative to the project (a curated schema, say), made absolute."""
-    return PROJECT_ROOT / str(relative)
+    """A path the spec gives relative to the project (a curated schema, say), made absolute
+    against the project found now (see `pipelines.core.project.find_project`)."""
+    return find_project().file(relative)
 
 
-def relative_to_project(path: Path) -> str:
-    """`path` as written relative to the project when it lies inside it (for messages)."""
+def relative_to_project(path: str | os.PathLike) -> str:
+    """`path` written relative to the project when it lies inside it, else relative to
+    Conveyor's installed packages when it is one of theirs (a default profile), else as given:
+    for messages, so it never fails for want of a project."""
     try:
-        return str(Path(path).resolve().relative_to(PROJECT_ROOT))
+        return find_project().relative(path)
+    except ProjectNotFound:
+        return framework_relative(path)
+
+
+def framework_relative(path: str | os.PathLike) -> str:
+    """`path` relative to Conveyor's installed packages when it lies inside them (for messages:
+    `pipelines/profiles/ci.yaml` wherever Conveyor is installed), else as given."""
+    try:
+        return str(Path(path).resolve().relative_to(FRAMEWORK_ROOT))
     except ValueError:
         return str(path)
+
+
+def source_digest(folders: Iterable[str], suffixes: tuple[str, ...]) -> str:
+    """SHA-256 over the paths and bytes of Conveyor's source files under `folders` (relative to
+    FRAMEWORK_ROOT), tests and caches left out."""
+    digest = hashlib.sha256()
+    for folder in folders:
+        for path in sorted((FRAMEWORK_ROOT / folder).rglob("*")):
+            if path.suffix in suffixes and not {"tests", "__pycache__"} & set(path.parts):
+                digest.update(str(path.relative_to(FRAMEWORK_ROOT)).encode())
+                digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+def installed_version() -> str | None:
+    """Conveyor's version when it runs from an installed distribution (a wheel), None when it
+    runs from source (a checkout on the path, or installed editable: its files are the
+    checkout's, which a version number does not pin)."""
+    from importlib import metadata
+
+    try:
+        dist = metadata.distribution(DISTRIBUTION)
+    except metadata.PackageNotFoundError:
+        return None
+    if Path(dist.locate_file("")).resolve() != FRAMEWORK_ROOT:
+        return None  # an editable install (or another copy): the code here is the source
+    return dist.version
+
+
+def framework_version(folders: Iterable[str] = CODE_PACKAGES) -> str:
+    """What identifies the Conveyor code a run uses: `conveyor==<version>` when installed from a
+    wheel, else `source:<digest>` of its `.py` files under `folders`. The run's fingerprint and
+    the code version of cached nodes both use it."""
+    version = installed_version()
+    if version is not None:
+        return f"{DISTRIBUTION}=={version}"
+    return "source:" + source_digest(folders, (".py",))
 
 
 @dataclass(frozen=True)

@@ -3,13 +3,24 @@
 Importing TensorFlow and TFX costs about 20 s here, more than an unchanged re-run's actual work
 (every component a cache hit). After each run with a final outcome (pushed, not pushed, blocked:
 what the same inputs would give again; a failure is always retried) the local runner records a
-fingerprint of everything that decides its outputs: the resolved spec, Conveyor's code, the
-dependency lock, the schema (the curated file, or the accepted one an inferring pipeline
-imports) and the content of every input file the run reads (the span's, the earlier spans its
-training window and drift check build on, the serving logs its skew check reads), per span
-for a spec with spans. `conveyor run` compares it first; when nothing changed and what that run
-left served is still served (see `unchanged_since`), it says so and stops without importing
-anything heavy.
+fingerprint of everything that decides its outputs, and of nothing else:
+
+- the resolved spec: its own file, the profile layers it was loaded with (Conveyor's and the
+  project's) and the `--set`s, merged, so a comment edit changes nothing and another pipeline's
+  `pipelines.NAME` block in a shared profile neither;
+- Conveyor's version: `conveyor==X` from a wheel, else the digest of its source
+  (`pipelines.core.paths.framework_version`);
+- the lock: the project's `requirements.lock`, else Conveyor's own when it runs from source;
+- the schema (the curated file, or the accepted one an inferring pipeline imports);
+- the team's modules the spec names (`trainer.module`, `transform.module`, embeddings, custom
+  components), by the digests the builder records as their code version;
+- the content of every input file the run reads (the span's, the earlier spans its training
+  window and drift check build on, the serving logs its skew check reads), per span for a spec
+  with spans.
+
+Another spec added to the project, or any file no key of this spec names, leaves it unchanged.
+`conveyor run` compares it first; when nothing changed and what that run left served is still
+served (see `unchanged_since`), it says so and stops without importing anything heavy.
 
 Input files are fingerprinted by content (SHA-256), not by name, size and modification time: a
 file rewritten in place with the same size and its old modification time restored is a change,
@@ -25,14 +36,15 @@ import json
 from pathlib import Path
 from typing import Any
 
+from pipelines.builder.context import user_code
 from pipelines.builder.nodes.schema_gen import previous_schema
 from pipelines.builder.spans import available_spans, span_files
 from pipelines.core.outcome import Outcome
-from pipelines.core.paths import CODE_PACKAGES, LOCK_FILE, RunPaths, project_file
-from pipelines.spec.loading import source_digest
+from pipelines.core.paths import FRAMEWORK_LOCK, RunPaths, framework_version
+from pipelines.core.project import find_project
 from pipelines.spec.models import SchemaSource
 
-# Measured on 2026-12-01 on 2 CPU cores with SHA extensions (OpenSSL 3.0): a 1,500,000-row taxi
+# Measured on 2 CPU cores with SHA extensions (OpenSSL 3.0): a 1,500,000-row taxi
 # CSV (184 MB, `python -m pipelines.datasets.taxi 1500000 taxi.csv --seed 0`) hashes in 0.17 s
 # with SHA-256, 0.27 s with BLAKE2b, 0.18 s with SHA-1, 0.34 s with MD5 (median of 3, the file
 # in the page cache; evicted first with posix_fadvise DONTNEED, the same within noise); the
@@ -98,13 +110,33 @@ def _described(files: list[Path], base: Path) -> list[list[Any]]:
     return [[str(p.relative_to(base)), p.stat().st_size, file_digest(p)] for p in files]
 
 
+def lock_file() -> Path:
+    """The lock that pins the run's libraries: the project's `requirements.lock` when it keeps
+    one, else Conveyor's own (present when Conveyor runs from its source checkout)."""
+    project_lock = find_project().lock_file
+    return project_lock if project_lock.is_file() else FRAMEWORK_LOCK
+
+
+def team_modules(spec) -> dict[str, str]:
+    """The team's code the spec names, name -> digest: the trainer's and Transform's modules and
+    embeddings (as their nodes record them) and each custom component's module."""
+    from pipelines.spec.user_code import code_digest
+
+    found = {**user_code(spec, "trainer"), **user_code(spec, "transform")}
+    for entry in spec.components:
+        if entry.component:
+            module = entry.component.rpartition(".")[0]
+            found[module] = code_digest(module)[:16]
+    return dict(sorted(found.items()))
+
+
 def compute(paths: RunPaths, span: int | None = None) -> dict[str, Any]:
     """Everything that decides a run's outputs, as comparable strings."""
     spec = paths.spec
-    lock = LOCK_FILE
+    lock = lock_file()
     schema = ""
     if spec.schema_.source is SchemaSource.FILE:
-        schema = _sha(project_file(spec.schema_.path).read_bytes())
+        schema = _sha(find_project().file(spec.schema_.path).read_bytes())
     elif (accepted := previous_schema(spec, paths)) is not None:
         # Inferring: the run imports the last accepted run's schema (none yet: it infers).
         source = Path(accepted.source_file)
@@ -113,9 +145,10 @@ def compute(paths: RunPaths, span: int | None = None) -> dict[str, Any]:
     return {
         "span": span,
         "spec": _sha(json.dumps(spec.to_yaml_dict(), sort_keys=True).encode()),
-        "code": source_digest(CODE_PACKAGES, (".py", ".yaml")),
+        "conveyor": framework_version(),
         "lock": _sha(lock.read_bytes()) if lock.exists() else "",
         "schema": schema,
+        "modules": team_modules(spec),
         # [path relative to the input directory, size, SHA-256]
         "inputs": _described(input_files(paths, span), paths.input_dir),
         "serving_data": _described(serving, paths.serving_data_dir) if serving else [],
@@ -126,20 +159,27 @@ def served_versions(paths: RunPaths) -> list[str]:
     """The version directories under the spec's serving directory, in ascending numeric order
     ([] when nothing is served). An outcome record keeps them, so a skipped re-run can tell
     when a served version was added or lost since."""
-    from components.pusher.layout import served_versions as versions_on_disk
+    from pipelines.serving_state.versions import served_versions as versions_on_disk
 
     return [str(v) for v in versions_on_disk(str(paths.serving_dir))]
 
 
 def record_outcome(
-    paths: RunPaths, run_id: str, outcome: str, fingerprint: dict, span: int | None = None
+    paths: RunPaths,
+    run_id: str,
+    outcome: str,
+    fingerprint: dict,
+    span: int | None = None,
+    reason: str | None = None,
 ) -> None:
-    """Records a run whose outcome a re-run of the same inputs would repeat."""
+    """Records a run whose outcome a re-run of the same inputs would repeat, with its reason
+    code (`pipelines.core.outcome.Reason`)."""
     target = paths.outcome_record(span)
     target.parent.mkdir(parents=True, exist_ok=True)
     record = {
         "run_id": run_id,
         "outcome": outcome,
+        "reason": reason,
         "fingerprint": fingerprint,
         "served_versions": served_versions(paths),
         "metadata": str(paths.metadata_path),

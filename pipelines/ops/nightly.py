@@ -38,7 +38,8 @@ from filelock import FileLock, Timeout
 
 from pipelines.builder import spans
 from pipelines.core.outcome import EXIT_BUSY, Outcome, PipelineBusy, RunResult
-from pipelines.core.paths import CRON_LOG, PROJECT_ROOT, RunPaths, runs_root
+from pipelines.core.paths import CRON_LOG, RunPaths, runs_root
+from pipelines.core.project import find_project
 from pipelines.ops import fingerprint
 from pipelines.run.plan import Run
 from pipelines.spec.loading import LoadedSpec
@@ -445,7 +446,7 @@ def cron_entry(
         command += ["--set", override]
     log = runs_root(workdir) / spec_name / CRON_LOG
     shell = (
-        f"cd {shlex.quote(str(PROJECT_ROOT))} && mkdir -p {shlex.quote(str(log.parent))} && "
+        f"cd {shlex.quote(str(find_project().root))} && mkdir -p {shlex.quote(str(log.parent))} && "
         f"{shlex.join(command)} >> {shlex.quote(str(log))} 2>&1"
     )
     return CronEntry(spec_name, cron, shell, timezone)

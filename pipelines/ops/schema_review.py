@@ -16,8 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pipelines.core.paths import RunPaths
-from pipelines.spec.loading import PROJECT_ROOT
+from pipelines.core.paths import RunPaths, project_file, relative_to_project
 from pipelines.spec.models import PipelineSpec, SchemaSource
 
 EXIT_DIFFERENT = 3  # `schema diff` found differences (0: none)
@@ -84,7 +83,7 @@ def curated_schema_path(spec: PipelineSpec) -> Path:
             "`conveyor schema` reviews curated schemas only. Curate one under "
             f"schemas/{spec.name}/ and set schema.source: file and schema.path."
         )
-    path = PROJECT_ROOT / str(spec.schema_.path)
+    path = project_file(spec.schema_.path)
     if not path.is_file():
         raise SchemaToolError(f"{spec.name}: the curated schema {path} does not exist.")
     return path
@@ -321,7 +320,7 @@ def accept(spec: PipelineSpec, paths: RunPaths) -> SchemaDiff:
 def format_diff(result: SchemaDiff, spec: PipelineSpec) -> list[str]:
     """The per-column report `conveyor schema diff` prints."""
     lines = [
-        f"schema:     {_relative(result.schema_path)}",
+        f"schema:     {relative_to_project(result.schema_path)}",
         f"statistics: {result.source.describe()}",
     ]
     if not result.different:
@@ -343,10 +342,3 @@ def format_diff(result: SchemaDiff, spec: PipelineSpec) -> list[str]:
         "writes the updated schema; review it and commit it."
     )
     return lines
-
-
-def _relative(path: Path) -> str:
-    try:
-        return str(path.relative_to(PROJECT_ROOT))
-    except ValueError:
-        return str(path)

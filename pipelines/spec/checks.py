@@ -10,8 +10,13 @@ from __future__ import annotations
 import socket
 from pathlib import Path
 
-from pipelines.core.paths import CONFIGS_DIR
-from pipelines.spec.loading import LoadedSpec, SpecError
+from pipelines.spec.loading import (
+    LoadedSpec,
+    SpecError,
+    current_project,
+    profile_files,
+    profile_label,
+)
 from pipelines.spec.models import (
     MetadataKind,
     Orchestrator,
@@ -26,8 +31,11 @@ class ProfileError(SpecError):
 
 
 def profile_file(loaded: LoadedSpec) -> str:
-    """`configs/<env>.yaml` when the profile is a file (for messages), else ""."""
-    return f"configs/{loaded.env}.yaml" if (CONFIGS_DIR / f"{loaded.env}.yaml").exists() else ""
+    """The profile's top layer, for messages: the project's `configs/<env>.yaml` when it has
+    one (where the team changes it), else Conveyor's `pipelines/profiles/<env>.yaml`."""
+    project = current_project()
+    files = profile_files(loaded.env, project)
+    return profile_label(files[-1], project) if files else ""
 
 
 def target_of(loaded: LoadedSpec, target: str | None = None) -> Orchestrator:

@@ -1,4 +1,10 @@
-"""Loading a spec: defaults < pipeline spec < environment profile < `--set key.path=value`.
+"""Loading a spec: defaults < pipeline spec < Conveyor's profile < the project's profile layer <
+`--set key.path=value`.
+
+A profile `ENV` is Conveyor's own `pipelines/profiles/ENV.yaml` (package data) with the
+project's `configs/ENV.yaml` over it; either may be missing, not both, and a project may add
+profiles of its own. Each file may overlay one pipeline only under `pipelines: NAME:`, applied
+right after that file's keys.
 
 Each layer is a YAML mapping merged key by key into the one below it. The loader remembers which
 file (or `--set`) supplied each key, so a validation error names the file and the key path that
@@ -9,7 +15,6 @@ from __future__ import annotations
 
 import csv
 import glob
-import hashlib
 import os
 import re
 from collections.abc import Iterable, Mapping
@@ -20,13 +25,8 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from pipelines.core.paths import (
-    CONFIGS_DIR,
-    PROJECT_ROOT,
-    SPECS_DIR,
-    project_file,
-    relative_to_project,
-)
+from pipelines.core.paths import FRAMEWORK_PROFILES_DIR, framework_relative, relative_to_project
+from pipelines.core.project import Project, ProjectNotFound, find_project
 from pipelines.spec.models import CSV_ONLY_KEYS, DataFormat, PipelineSpec, SchemaSource
 
 # Profile keys that are not spec overlays: `pipelines.<name>` overlays one pipeline only.
@@ -46,25 +46,45 @@ class LoadedSpec:
     sources: tuple[str, ...]
 
 
-def source_digest(folders: Iterable[str], suffixes: tuple[str, ...]) -> str:
-    """SHA-256 over the paths and bytes of the project's source files under `folders`."""
-    digest = hashlib.sha256()
-    for folder in folders:
-        for path in sorted((PROJECT_ROOT / folder).rglob("*")):
-            if path.suffix in suffixes and not {"tests", "__pycache__"} & set(path.parts):
-                digest.update(str(path.relative_to(PROJECT_ROOT)).encode())
-                digest.update(path.read_bytes())
-    return digest.hexdigest()
+def current_project() -> Project:
+    """The project commands work on (`pipelines.core.project.find_project`).
+
+    Raises:
+      SpecError: with the one paragraph saying where Conveyor looked, when there is none.
+    """
+    try:
+        return find_project()
+    except ProjectNotFound as err:
+        raise SpecError(str(err)) from None
 
 
 def list_pipelines() -> list[str]:
-    """The pipeline names `conveyor` knows: one per `specs/<name>.yaml`, sorted."""
-    return sorted(p.stem for p in SPECS_DIR.glob("*.yaml"))
+    """The pipeline names `conveyor` knows: one per `specs/<name>.yaml` of the project, sorted."""
+    return sorted(p.stem for p in current_project().specs_dir.glob("*.yaml"))
 
 
 def list_profiles() -> list[str]:
-    """The environment profiles `--profile` takes: one per `configs/<name>.yaml`, sorted."""
-    return sorted(p.stem for p in CONFIGS_DIR.glob("*.yaml"))
+    """The profiles `--profile` takes: Conveyor's own and the project's `configs/<name>.yaml`,
+    sorted."""
+    folders = (FRAMEWORK_PROFILES_DIR, current_project().configs_dir)
+    return sorted({p.stem for folder in folders for p in folder.glob("*.yaml")})
+
+
+def profile_files(env: str, project: Project | None = None) -> list[Path]:
+    """The files of profile `env` that exist, lowest layer first: Conveyor's
+    `pipelines/profiles/ENV.yaml`, then the project's `configs/ENV.yaml`."""
+    project = project or current_project()
+    candidates = (FRAMEWORK_PROFILES_DIR / f"{env}.yaml", project.configs_dir / f"{env}.yaml")
+    return [path for path in candidates if path.is_file()]
+
+
+def profile_label(path: Path, project: Project) -> str:
+    """How messages name a profile file: relative to the project for its own layer
+    (`configs/ci.yaml`), relative to Conveyor's packages for Conveyor's (`pipelines/profiles/
+    ci.yaml`, the same wherever Conveyor is installed)."""
+    if path.parent == FRAMEWORK_PROFILES_DIR:
+        return framework_relative(path)
+    return project.relative(path)
 
 
 class _DuplicateKeyLoader(yaml.SafeLoader):
@@ -278,8 +298,9 @@ def load_spec(
     """Loads, layers and validates a pipeline spec.
 
     Args:
-      name_or_path: a pipeline name under `specs/` or a path to a YAML file.
-      env: the environment profile under `configs/`.
+      name_or_path: a pipeline name under the project's `specs/`, or a path to a YAML file.
+      env: the profile: Conveyor's `pipelines/profiles/ENV.yaml` and the project's
+        `configs/ENV.yaml` over it (one of them at least).
       overrides: `key.path=value` strings applied last.
       workdir: where relative data paths live; with it, an inferred schema's columns are
         checked against the CSV header when the data already exists.
@@ -287,47 +308,53 @@ def load_spec(
     Raises:
       SpecError: with the offending file and key path.
     """
+    project = current_project()
     path = Path(name_or_path)
     if not (path.suffix in (".yaml", ".yml") and path.exists()):
-        path = SPECS_DIR / f"{name_or_path}.yaml"
+        path = project.specs_dir / f"{name_or_path}.yaml"
         if not path.exists():
             raise SpecError(
-                f"unknown pipeline {name_or_path!r}: no {relative_to_project(path)} "
+                f"unknown pipeline {name_or_path!r}: no {project.relative(path)} "
+                f"in the project {project.root} "
                 f"(known pipelines: {', '.join(list_pipelines()) or 'none'})."
             )
     spec_layer = read_yaml(path)
-    # A profile is named, never a path: `--env ../x` would read YAML from outside configs/.
+    # A profile is named, never a path: `--profile ../x` would read YAML from outside configs/.
     if not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]*", env) or ".." in env:
         raise SpecError(
-            f"--env {env!r}: expected the name of a profile in configs/, not a path "
+            f"--profile {env!r}: expected the name of a profile in configs/, not a path "
             f"(known profiles: {', '.join(list_profiles())})."
         )
-    profile_path = CONFIGS_DIR / f"{env}.yaml"
-    if not profile_path.exists():
+    files = profile_files(env, project)
+    if not files:
         raise SpecError(
-            f"unknown environment profile {env!r}: no {relative_to_project(profile_path)} "
-            f"(known profiles: {', '.join(list_profiles())})."
+            f"unknown profile {env!r}: no configs/{env}.yaml in the project and "
+            f"none of Conveyor's (known profiles: {', '.join(list_profiles())})."
         )
-    profile = read_yaml(profile_path)
-    per_pipeline = profile.pop(_PER_PIPELINE_KEY, {}) or {}
-    if not isinstance(per_pipeline, dict):
-        raise SpecError(
-            f"{relative_to_project(profile_path)}: {_PER_PIPELINE_KEY}: expected a mapping."
-        )
-    layers: list[tuple[str, Mapping[str, Any]]] = [
-        (relative_to_project(path), spec_layer),
-        (relative_to_project(profile_path), profile),
-        (
-            f"{relative_to_project(profile_path)} ({_PER_PIPELINE_KEY}.{spec_layer.get('name')})",
+    layers: list[tuple[str, Mapping[str, Any]]] = [(project.relative(path), spec_layer)]
+    # The layers about this pipeline alone: the spec, each file's `pipelines.NAME`, `--set`s.
+    about_this = [layers[0]]
+    for profile_path in files:
+        label = profile_label(profile_path, project)
+        profile = read_yaml(profile_path)
+        per_pipeline = profile.pop(_PER_PIPELINE_KEY, {}) or {}
+        if not isinstance(per_pipeline, dict):
+            raise SpecError(f"{label}: {_PER_PIPELINE_KEY}: expected a mapping.")
+        this_pipeline = (
+            f"{label} ({_PER_PIPELINE_KEY}.{spec_layer.get('name')})",
             per_pipeline.get(spec_layer.get("name"), {}) or {},
-        ),
-    ]
-    layers += [(f"--set {o}", parse_override(o)) for o in overrides]
+        )
+        layers += [(label, profile), this_pipeline]
+        about_this.append(this_pipeline)
+    settings = [(f"--set {o}", parse_override(o)) for o in overrides]
+    layers += settings
     spec, provenance = validate_layers(layers)
-    # The profile's own keys apply to every pipeline: its CSV reader choice (`large`) is no
+    # A profile's own keys apply to every pipeline: its CSV reader choice (`large`) is no
     # mistake for a Parquet spec. Only the layers about this pipeline are held to its format.
-    check_format_keys(spec, [layers[0], *layers[2:]])
+    check_format_keys(spec, about_this + settings)
     check_columns(spec, provenance, workdir)
+    # The run imports the team's modules by the names the spec gives, as validation found them.
+    project.put_on_import_path()
     check_user_code(spec, provenance)
     return LoadedSpec(spec=spec, env=env, sources=tuple(source for source, _ in layers))
 
@@ -421,7 +448,7 @@ def check_columns(spec: PipelineSpec, provenance: Provenance, workdir: Path | No
         (f"trainer.features[{i}].name", f.name) for i, f in enumerate(spec.trainer.features)
     ]
     if spec.schema_.source is SchemaSource.FILE:
-        schema_path = project_file(spec.schema_.path)
+        schema_path = current_project().file(spec.schema_.path)
         if not schema_path.is_file():
             raise SpecError(
                 f"{provenance.source_of('schema.path')}: schema.path: "

@@ -27,11 +27,11 @@ import yaml
 from pydantic import BaseModel, ValidationError
 from pydantic.fields import FieldInfo
 
-from pipelines.core.paths import PROJECT_ROOT
+from pipelines.core.paths import FRAMEWORK_ROOT
 from pipelines.spec.components import COMPONENT_TYPES, KNOWN_TYPES, Orchestrator
 from pipelines.spec.models import DEFAULT_COMPONENTS, ComponentRef, PipelineSpec
 
-DOCS_DIR = PROJECT_ROOT / "docs"
+DOCS_DIR = FRAMEWORK_ROOT / "docs"
 REFERENCE_FILE = "spec-reference.md"
 SCHEMA_FILE = "spec.schema.json"
 
@@ -368,7 +368,7 @@ def main(argv: Sequence[str] | None = None, docs_dir: Path = DOCS_DIR) -> int:
 
 def _shown(path: Path) -> str:
     try:
-        return str(path.relative_to(PROJECT_ROOT))
+        return str(path.relative_to(FRAMEWORK_ROOT))
     except ValueError:
         return str(path)
 

@@ -10,7 +10,7 @@ import importlib.machinery
 import sys
 from pathlib import Path
 
-from pipelines.core.paths import PROJECT_ROOT
+from pipelines.core.project import ProjectNotFound, find_project
 
 
 class SourceNotFound(ValueError):
@@ -19,9 +19,12 @@ class SourceNotFound(ValueError):
 
 def search_path() -> list[str]:
     """The project root first, then `sys.path`: `conveyor` may be started from anywhere, and
-    the project's own packages (and a team's, kept beside them) must be found as the run will
-    find them."""
-    root = str(PROJECT_ROOT)
+    the team's packages in its project must be found as the run will find them (the loader
+    puts the root on the import path). Without a project, `sys.path` alone."""
+    try:
+        root = str(find_project().root)
+    except ProjectNotFound:
+        return [p for p in sys.path if p]
     return [root, *(p for p in sys.path if p and p != root)]
 
 

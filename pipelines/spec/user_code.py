@@ -27,7 +27,7 @@ import hashlib
 from pathlib import Path
 
 from pipelines.spec import sources
-from pipelines.spec.sources import PROJECT_ROOT
+from pipelines.core.project import find_project
 
 
 class UserCodeError(ValueError):
@@ -225,7 +225,7 @@ def saved_model_digest(path: Path) -> str:
 def embedding_path(module: str) -> Path:
     """An `embedding.module` folder as a path: relative ones are under the project root."""
     path = Path(module)
-    return path if path.is_absolute() else PROJECT_ROOT / path
+    return path if path.is_absolute() else find_project().root / path
 
 
 def spec_problem(spec) -> tuple[str, str] | None:

@@ -10,7 +10,8 @@ from google.protobuf import json_format
 from pipelines import cli
 from pipelines.core.paths import RunPaths
 from pipelines.ops import nightly
-from pipelines.spec.loading import SPECS_DIR, load_spec
+from pipelines.core.project import find_project
+from pipelines.spec.loading import load_spec
 from tests.conftest import assert_same_up_to_float_sums
 
 SINGLE_PROCESS = 'runtime.beam_args=["--direct_running_mode=in_memory", "--direct_num_workers=1"]'
@@ -18,7 +19,7 @@ SINGLE_PROCESS = 'runtime.beam_args=["--direct_running_mode=in_memory", "--direc
 
 def _data_path_spec(tmp_path: Path) -> Path:
     """taxi as shipped, cut to the Beam components whose output is compared."""
-    raw = yaml.safe_load((SPECS_DIR / "taxi.yaml").read_text())
+    raw = yaml.safe_load((find_project().specs_dir / "taxi.yaml").read_text())
     for key in ("drift", "window_spans"):  # their resolvers are not in this cut
         raw["data"].pop(key, None)
     raw["trainer"]["warm_start"] = False

@@ -10,7 +10,8 @@ from pipelines import cli
 from pipelines.core import metadata
 from pipelines.core.paths import RunPaths
 from pipelines.ops import nightly
-from pipelines.spec.loading import SPECS_DIR, load_spec
+from pipelines.core.project import find_project
+from pipelines.spec.loading import load_spec
 
 COMPONENTS = [
     "csv_example_gen",
@@ -42,7 +43,7 @@ def _rows(split_uri: str) -> list[tf.train.Example]:
 def custom_run(tmp_path_factory):
     workdir = tmp_path_factory.mktemp("custom_component")
     assert cli.main(["data", "penguin", "--workdir", str(workdir)]) == 0
-    data = yaml.safe_load((SPECS_DIR / "penguin.yaml").read_text())
+    data = yaml.safe_load((find_project().specs_dir / "penguin.yaml").read_text())
     data["components"] = [{"type": c} if isinstance(c, str) else c for c in COMPONENTS]
     path = workdir / "penguin_custom.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))

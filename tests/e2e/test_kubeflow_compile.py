@@ -12,7 +12,7 @@ from google.protobuf import json_format
 
 from pipelines import cli
 from pipelines.builder.pipeline import build_pipeline
-from pipelines.core.paths import PROJECT_ROOT
+from pipelines.core.project import find_project
 from pipelines.run.kubeflow import EXECUTOR_COMMAND, EXIT_HANDLER_ID, PIPELINE_DAG, job_tasks
 from pipelines.spec import loading as config
 from pipelines.spec.loading import load_spec
@@ -126,7 +126,7 @@ def test_project_files_point_into_the_image(compiled):
     job, _ = compiled["penguin"]
     text = json.dumps(job)
     assert "/conveyor/schemas/penguin/schema.pbtxt" in text
-    assert str(PROJECT_ROOT) + "/" not in text
+    assert str(find_project().root) + "/" not in text
 
 
 @pytest.mark.parametrize("name", config.list_pipelines())

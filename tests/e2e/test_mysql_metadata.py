@@ -14,7 +14,7 @@ import pytest
 
 from pipelines import cli
 from pipelines.core import metadata
-from pipelines.core.paths import PROJECT_ROOT, RunPaths
+from pipelines.core.paths import FRAMEWORK_ROOT, RunPaths
 from pipelines.ops import nightly
 from pipelines.spec.loading import load_spec
 
@@ -81,7 +81,7 @@ def _free_port() -> int:
 def mariadb(tmp_path_factory):
     if _binary("mariadbd") is None:
         done = subprocess.run(
-            [str(PROJECT_ROOT / "scripts" / "mariadb.sh")], capture_output=True, text=True
+            [str(FRAMEWORK_ROOT / "scripts" / "mariadb.sh")], capture_output=True, text=True
         )
         if done.returncode != 0:
             reason = f"no MariaDB server and it cannot be installed here: {done.stderr.strip()}"
@@ -217,7 +217,7 @@ def test_the_metadata_server_stopped_mid_run_fails_the_run_and_serving_keeps_its
     argv += ["--set", f"runtime.metadata.port={mariadb.port}", "--set", "trainer.train_steps=400"]
     env = {**os.environ, "CONVEYOR_MYSQL_PASSWORD": PASSWORD, "PYTHONUNBUFFERED": "1"}
     run = subprocess.Popen(
-        argv, cwd=PROJECT_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        argv, cwd=FRAMEWORK_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
     lines = []
     try:

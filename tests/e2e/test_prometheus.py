@@ -26,14 +26,14 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from pipelines.core.paths import PROJECT_ROOT, RunPaths
+from pipelines.core.paths import FRAMEWORK_ROOT, RunPaths
 from pipelines.ops import nightly
 from pipelines.spec.loading import load_spec
 from tests import system_packages
 from tests.conftest import copy_fixture
 
 URL_ENV = "CONVEYOR_TEST_PUSHGATEWAY_URL"
-RULES = PROJECT_ROOT / "monitoring" / "rules" / "conveyor.rules.yml"
+RULES = FRAMEWORK_ROOT / "monitoring" / "rules" / "conveyor.rules.yml"
 MONITORING_PATH = "/monitoring/prometheus/metrics"
 
 

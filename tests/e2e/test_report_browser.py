@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from pipelines.core.paths import PROJECT_ROOT
+from pipelines.core.paths import FRAMEWORK_ROOT
 from pipelines.ops import charts
 
 pytestmark = pytest.mark.e2e
@@ -30,7 +30,7 @@ def _chromium() -> str:
     skipped where it cannot be installed, except under CI (a skip would hide it)."""
     found = shutil.which("chromium")
     if found is None:
-        script = PROJECT_ROOT / "scripts" / "ensure_system_packages.sh"
+        script = FRAMEWORK_ROOT / "scripts" / "ensure_system_packages.sh"
         done = subprocess.run([str(script), "chromium"], capture_output=True, text=True)
         found = shutil.which("chromium")
         if done.returncode != 0 or found is None:
@@ -44,7 +44,7 @@ def _chromium() -> str:
 def _conveyor(*argv: str) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "pipelines.cli", *argv],
-        cwd=PROJECT_ROOT,
+        cwd=FRAMEWORK_ROOT,
         capture_output=True,
         text=True,
         timeout=900,

@@ -10,13 +10,15 @@ import shutil
 import pytest
 
 from pipelines import cli
-from pipelines.core.paths import PROJECT_ROOT, RunPaths
+from pipelines.core.paths import RunPaths
+from pipelines.core.project import find_project
 from pipelines.ops import nightly
 from pipelines.spec.loading import load_spec
 
 pytestmark = pytest.mark.e2e
 
-CURATED = PROJECT_ROOT / "schemas" / "penguin" / "schema.pbtxt"
+PROJECT = find_project().root
+CURATED = PROJECT / "schemas" / "penguin" / "schema.pbtxt"
 
 
 def _digest(path):
@@ -37,7 +39,7 @@ def penguin_run(tmp_path_factory):
 
 # `schema.path` is relative to the project (the pipeline image copies the project), so the
 # copies live in an ignored folder inside it, one per test, removed afterwards.
-SCRATCH = PROJECT_ROOT / ".pytest-schemas"
+SCRATCH = PROJECT / ".pytest-schemas"
 
 
 @pytest.fixture
@@ -64,7 +66,7 @@ def _schema_copy(folder, *, drop_feature=None, drop_value=None):
 
 def _schema_cli(action, paths, schema, capsys):
     argv = ["schema", action, "penguin", "--env", "ci", "--workdir", str(paths.workdir)]
-    code = cli.main(argv + ["--set", f"schema.path={schema.relative_to(PROJECT_ROOT)}"])
+    code = cli.main(argv + ["--set", f"schema.path={schema.relative_to(PROJECT)}"])
     captured = capsys.readouterr()
     return code, captured.out, captured.err
 

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from pipelines.core.paths import PROJECT_ROOT
+from pipelines.core.paths import FRAMEWORK_ROOT
 from tests.half_plus_two import write_half_plus_two
 from tests.serving_server import serving
 
@@ -200,7 +200,7 @@ def test_a_bad_batching_parameters_file_stops_the_server_naming_it(tmp_path, tex
             *("--model-base-path", str(tmp_path / MODEL), "--port", "0"),
             *("--enable-batching", "--batching-parameters-file", str(parameters)),
         ],
-        cwd=PROJECT_ROOT,
+        cwd=FRAMEWORK_ROOT,
         capture_output=True,
         text=True,
         timeout=120,

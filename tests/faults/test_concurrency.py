@@ -19,7 +19,7 @@ import pytest
 
 from pipelines import cli
 from pipelines.core.outcome import EXIT_BUSY, Outcome, RunResult
-from pipelines.core.paths import PROJECT_ROOT, RunPaths
+from pipelines.core.paths import FRAMEWORK_ROOT, RunPaths
 from pipelines.ops import nightly
 from pipelines.run.plan import Run
 from pipelines.spec.loading import load_spec
@@ -42,7 +42,7 @@ with nightly.pipeline_lock(RunPaths(Path(sys.argv[2]).resolve(), spec), sys.argv
 def _spawn_holder(pipeline: str, workdir, what: str) -> subprocess.Popen:
     holder = subprocess.Popen(
         [sys.executable, "-c", HOLDER, pipeline, str(workdir), what],
-        cwd=PROJECT_ROOT,
+        cwd=FRAMEWORK_ROOT,
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
@@ -81,7 +81,7 @@ def _conveyor_run(workdir, *settings: str) -> tuple[subprocess.CompletedProcess,
     for setting in settings:
         argv += ["--set", setting]
     started = time.monotonic()
-    done = subprocess.run(argv, cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=60)
+    done = subprocess.run(argv, cwd=FRAMEWORK_ROOT, capture_output=True, text=True, timeout=60)
     return done, time.monotonic() - started
 
 

@@ -26,7 +26,7 @@ from components.failpoints import ENV as FAILPOINT
 from components.pusher import layout
 from pipelines.core import metadata
 from pipelines.core.outcome import EXIT_FAILED
-from pipelines.core.paths import PROJECT_ROOT, RunPaths
+from pipelines.core.paths import FRAMEWORK_ROOT, RunPaths
 from pipelines.ops import serving_state
 from pipelines.spec.loading import load_spec
 from pipelines.spec.models import TFLITE_DEFAULT_TOLERANCE, TfLiteQuantization
@@ -46,7 +46,7 @@ def _run(workdir: Path, steps: int, *extra: str, failpoint: str | None = None):
     if failpoint:
         env[FAILPOINT] = failpoint
     return subprocess.run(
-        argv, cwd=PROJECT_ROOT, env=env, capture_output=True, text=True, timeout=600
+        argv, cwd=FRAMEWORK_ROOT, env=env, capture_output=True, text=True, timeout=600
     )
 
 
@@ -89,7 +89,7 @@ def workdir(tmp_path_factory):
     workdir = tmp_path_factory.mktemp("push-faults")
     done = subprocess.run(
         [CONVEYOR, "data", "penguin", "--workdir", str(workdir)],
-        cwd=PROJECT_ROOT,
+        cwd=FRAMEWORK_ROOT,
         capture_output=True,
         text=True,
     )

@@ -18,7 +18,7 @@ import pytest
 
 from pipelines.builder.spans import SpanError
 from pipelines.core.outcome import EXIT_FAILED, Outcome, RunResult
-from pipelines.core.paths import PROJECT_ROOT, REPORT_FILE, RUN_SUMMARY, RunPaths
+from pipelines.core.paths import FRAMEWORK_ROOT, REPORT_FILE, RUN_SUMMARY, RunPaths
 from pipelines.ops import nightly
 from pipelines.run.plan import Run
 from pipelines.spec.loading import load_spec
@@ -208,7 +208,7 @@ def test_conveyor_run_stopped_by_sigterm_ends_failed_and_alerts(tmp_path, webhoo
     workdir = tmp_path / "work"
     prepared = subprocess.run(
         [CONVEYOR, "data", "penguin", "--workdir", str(workdir)],
-        cwd=PROJECT_ROOT,
+        cwd=FRAMEWORK_ROOT,
         capture_output=True,
         text=True,
         check=False,
@@ -219,7 +219,7 @@ def test_conveyor_run_stopped_by_sigterm_ends_failed_and_alerts(tmp_path, webhoo
     # Unbuffered: the progress lines arrive as they are printed, so the kill lands mid-run.
     env = {**os.environ, WEBHOOK_ENV: url, "PYTHONUNBUFFERED": "1"}
     run = subprocess.Popen(
-        argv, cwd=PROJECT_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        argv, cwd=FRAMEWORK_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
     seen = []
     for line in run.stdout:

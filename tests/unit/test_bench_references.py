@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from pipelines.core.paths import PROJECT_ROOT
+from pipelines.core.paths import FRAMEWORK_ROOT
 
-BENCH = PROJECT_ROOT / "bench"
+BENCH = FRAMEWORK_ROOT / "bench"
 REFERENCES = BENCH / "reference"
-SHARED_BENCH = PROJECT_ROOT.parent / "shared" / "bench"
+SHARED_BENCH = FRAMEWORK_ROOT.parent / "shared" / "bench"
 REFERENCE_NAMES = [
     "raw_tfx_penguin.py",
     "raw_tfx_datapath.py",
@@ -52,7 +52,7 @@ def test_each_reference_copy_is_the_shared_original_below_its_docstring(name):
         pytest.skip(f"no shared benchmark folder beside the checkout ({original} is missing)")
     ours = REFERENCES / name
     assert _code_without_docstring(ours) == _code_without_docstring(original), (
-        f"{ours.relative_to(PROJECT_ROOT)} is no longer the same program as {original}: "
+        f"{ours.relative_to(FRAMEWORK_ROOT)} is no longer the same program as {original}: "
         "copy the original's code again (only the header docstring may differ)"
     )
 
@@ -88,7 +88,7 @@ def test_no_test_imports_a_bench_module():
     # bench/ itself, and its scripts as top-level modules (what `pythonpath = ["bench"]` allowed).
     bench = {"bench", *(path.stem for path in BENCH.rglob("*.py"))}
     offenders = []
-    for path in sorted((PROJECT_ROOT / "tests").rglob("*.py")):
+    for path in sorted((FRAMEWORK_ROOT / "tests").rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Import):
                 roots = [alias.name.split(".")[0] for alias in node.names]
@@ -96,5 +96,5 @@ def test_no_test_imports_a_bench_module():
                 roots = [node.module.split(".")[0]]
             else:
                 continue
-            offenders += [f"{path.relative_to(PROJECT_ROOT)}: {r}" for r in roots if r in bench]
+            offenders += [f"{path.relative_to(FRAMEWORK_ROOT)}: {r}" for r in roots if r in bench]
     assert offenders == []

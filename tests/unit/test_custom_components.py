@@ -10,14 +10,15 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pipelines.core.paths import PROJECT_ROOT, RunPaths
+from pipelines.core.paths import FRAMEWORK_ROOT, RunPaths
 from pipelines.spec.components import COMPONENT_TYPES, ROLE_TYPES, Port
 from pipelines.spec.custom_components import (
     STANDARD_ARTIFACTS,
     ComponentReadError,
     read_signature,
 )
-from pipelines.spec.loading import SPECS_DIR, SpecError, load_spec
+from pipelines.core.project import find_project
+from pipelines.spec.loading import SpecError, load_spec
 
 USER = "tests.user_code.components"
 GATED = ["csv_example_gen", "statistics_gen", "schema_gen", "example_validator", "data_gate"]
@@ -39,7 +40,7 @@ def drop_missing(**changes) -> dict:
 
 def write_spec(tmp_path: Path, components: list) -> Path:
     """The penguin spec with `components` (names or entries), written under tmp_path."""
-    data = yaml.safe_load((SPECS_DIR / "penguin.yaml").read_text())
+    data = yaml.safe_load((find_project().specs_dir / "penguin.yaml").read_text())
     data["components"] = [{"type": c} if isinstance(c, str) else c for c in components]
     path = tmp_path / "penguin_custom.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
@@ -126,7 +127,7 @@ def test_validating_imports_neither_the_component_nor_tfx(tmp_path):
         "print(spec.components[5].id)"
     )
     done = subprocess.run(
-        [sys.executable, "-c", check], cwd=PROJECT_ROOT, capture_output=True, text=True
+        [sys.executable, "-c", check], cwd=FRAMEWORK_ROOT, capture_output=True, text=True
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "drop_missing"

@@ -10,7 +10,7 @@ class docstring says how to build one, and a nested function is not an API. TFX-
 import ast
 from pathlib import Path
 
-from pipelines.core.paths import PROJECT_ROOT
+from pipelines.core.paths import FRAMEWORK_ROOT
 
 PACKAGES = ("pipelines", "components")
 
@@ -52,14 +52,14 @@ def _sources() -> list[Path]:
     return sorted(
         path
         for package in PACKAGES
-        for path in (PROJECT_ROOT / package).rglob("*.py")
+        for path in (FRAMEWORK_ROOT / package).rglob("*.py")
         if "__pycache__" not in path.parts
     )
 
 
 def test_every_public_definition_has_a_docstring():
     missing = [
-        f"{path.relative_to(PROJECT_ROOT)}:{line} {name}"
+        f"{path.relative_to(FRAMEWORK_ROOT)}:{line} {name}"
         for path in _sources()
         for line, name in undocumented(path.read_text())
     ]
@@ -68,7 +68,7 @@ def test_every_public_definition_has_a_docstring():
 
 def test_the_walk_covers_both_packages():
     # A wrong root or pattern would find nothing and pass the test above vacuously.
-    found = {path.relative_to(PROJECT_ROOT).as_posix() for path in _sources()}
+    found = {path.relative_to(FRAMEWORK_ROOT).as_posix() for path in _sources()}
     assert {"pipelines/builder/pipeline.py", "components/pusher/executor.py"} <= found
 
 

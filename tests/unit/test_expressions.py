@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from pipelines import cli
-from pipelines.core.paths import SPECS_DIR
+from pipelines.core.project import find_project
 from pipelines.datasets.prepare import DataPreparationError, packaged_file, prepare
 from pipelines.spec import expressions
 from pipelines.spec import loading as config
@@ -57,7 +57,7 @@ def test_a_malicious_expression_is_refused_when_the_spec_loads(template, named, 
 
 def test_a_spec_file_with_a_malicious_expression_fails_validate(tmp_path, capsys):
     marker = tmp_path / "X"
-    data = yaml.safe_load((SPECS_DIR / "taxi.yaml").read_text())
+    data = yaml.safe_load((find_project().specs_dir / "taxi.yaml").read_text())
     data["data"]["prepare"]["derive"]["big_tipper"] = f"tips.to_csv('{marker}')"
     path = tmp_path / "taxi.yaml"
     path.write_text(yaml.safe_dump(data))

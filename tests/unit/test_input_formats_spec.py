@@ -11,7 +11,7 @@ import yaml
 
 from components.parquet_example_gen import executor
 from pipelines import cli
-from pipelines.core.paths import SPECS_DIR
+from pipelines.core.project import find_project
 from pipelines.spec.loading import SpecError, load_spec
 from pipelines.spec.models import DataFormat
 
@@ -32,7 +32,7 @@ def test_csv_reader_keys_are_refused_for_parquet(key):
 
 
 def test_csv_reader_keys_in_the_spec_file_are_refused_naming_it(tmp_path):
-    spec = yaml.safe_load((SPECS_DIR / "penguin.yaml").read_text())
+    spec = yaml.safe_load((find_project().specs_dir / "penguin.yaml").read_text())
     spec["data"].update({"format": "tfrecord", "bad_rows": "skip"})
     path = tmp_path / "penguin_tfrecord.yaml"
     path.write_text(yaml.safe_dump(spec))

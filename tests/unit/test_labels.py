@@ -21,7 +21,7 @@ from ml_metadata.proto import metadata_store_pb2
 from components.pusher import layout
 from pipelines import cli
 from pipelines.core.metadata import connection_config, custom_property
-from pipelines.core.paths import PROJECT_ROOT, RunPaths
+from pipelines.core.paths import FRAMEWORK_ROOT, RunPaths
 from pipelines.ops import labels, serving_state
 from pipelines.serving.config import MODELS_CONFIG, read_models_config, served_models
 from pipelines.spec.loading import load_spec
@@ -317,7 +317,7 @@ def test_conveyor_models_lists_every_version_without_importing_tensorflow(tmp_pa
     )
     started = time.perf_counter()
     done = subprocess.run(
-        [sys.executable, "-c", probe], cwd=PROJECT_ROOT, capture_output=True, text=True
+        [sys.executable, "-c", probe], cwd=FRAMEWORK_ROOT, capture_output=True, text=True
     )
     wall = time.perf_counter() - started
     assert done.returncode == 0, done.stderr

@@ -8,11 +8,11 @@ import subprocess
 import pytest
 import yaml
 
-from pipelines.core.paths import PROJECT_ROOT
+from pipelines.core.paths import FRAMEWORK_ROOT
 from pipelines.ops import metrics
 from tests import system_packages
 
-RULES_DIR = PROJECT_ROOT / "monitoring" / "rules"
+RULES_DIR = FRAMEWORK_ROOT / "monitoring" / "rules"
 RULES = RULES_DIR / "conveyor.rules.yml"
 RULE_TESTS = RULES_DIR / "conveyor.rules.test.yml"
 

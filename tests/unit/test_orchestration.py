@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from pipelines import cli
-from pipelines.core.paths import PROJECT_ROOT
+from pipelines.core.paths import FRAMEWORK_ROOT
 from pipelines.spec import checks
 from pipelines.spec import loading as config
 from pipelines.spec.loading import SpecError, load_spec
@@ -166,7 +166,7 @@ def test_airflow_without_a_start_date_fails_before_tensorflow_is_imported(tmp_pa
     argv = ["compile", "penguin", "--env", "airflow", "--set", "schedule.start_date=null"]
     done = _light(argv + ["--output", str(tmp_path / "dag.py")], tmp_path)
     assert done.returncode == 1
-    assert "configs/airflow.yaml: schedule.start_date: Airflow needs a start date" in done.stderr
+    assert "pipelines/profiles/airflow.yaml: schedule.start_date: Airflow needs a start" in done.stderr
     assert "HEAVY []" in done.stdout
     assert not (tmp_path / "dag.py").exists()
 
@@ -210,8 +210,8 @@ def test_a_missing_metadata_password_variable_is_named(monkeypatch):
 
 
 def test_the_dockerfile_installs_the_repositorys_lock_with_the_makefiles_uv():
-    dockerfile = (PROJECT_ROOT / "Dockerfile").read_text()
-    makefile = (PROJECT_ROOT / "Makefile").read_text()
+    dockerfile = (FRAMEWORK_ROOT / "Dockerfile").read_text()
+    makefile = (FRAMEWORK_ROOT / "Makefile").read_text()
     uv_version = re.search(r"^UV_VERSION := (\S+)$", makefile, re.M).group(1)
     assert re.search(r"^FROM python:3\.10[.\d]*-slim$", dockerfile, re.M)
     assert f"uv=={uv_version}" in dockerfile
@@ -221,10 +221,10 @@ def test_the_dockerfile_installs_the_repositorys_lock_with_the_makefiles_uv():
     for line in dockerfile.splitlines():
         if line.startswith("COPY "):
             for source in line.split()[1:-1]:
-                assert (PROJECT_ROOT / source).exists(), f"Dockerfile copies missing {source}"
+                assert (FRAMEWORK_ROOT / source).exists(), f"Dockerfile copies missing {source}"
     # The image's project root is where the profiles say it is.
     assert "WORKDIR /conveyor" in dockerfile
     assert load_spec("penguin", env="kubeflow").spec.runtime.container.project_root == "/conveyor"
-    lock = (PROJECT_ROOT / "requirements.lock").read_text()
+    lock = (FRAMEWORK_ROOT / "requirements.lock").read_text()
     for pinned in ("tfx==1.16.0", "kfp==", "kfp-pipeline-spec==", "apache-airflow==", "protobuf=="):
         assert re.search(rf"^{re.escape(pinned)}", lock, re.M), pinned

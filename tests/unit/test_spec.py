@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pipelines.core.paths import SPECS_DIR
+from pipelines.core.project import find_project
 from pipelines.spec import loading as config
 from pipelines.spec.loading import SpecError, load_spec
 from pipelines.spec.models import DEFAULT_COMPONENTS
@@ -58,7 +58,7 @@ def test_spec_is_frozen():
 
 
 def _write_spec(tmp_path: Path, edit) -> Path:
-    data = yaml.safe_load((SPECS_DIR / "penguin.yaml").read_text())
+    data = yaml.safe_load((find_project().specs_dir / "penguin.yaml").read_text())
     edit(data)
     path = tmp_path / "penguin.yaml"
     path.write_text(yaml.safe_dump(data))

@@ -6,12 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from pipelines.core.paths import SPECS_DIR
+from pipelines.core.project import find_project
 from pipelines.spec import models, reference
 from pipelines.spec.components import COMPONENT_TYPES
 from pipelines.spec.loading import SpecError, read_yaml, validate_layers
 
-SPEC_FILES = sorted(SPECS_DIR.glob("*.yaml"))
+SPEC_FILES = sorted(find_project().specs_dir.glob("*.yaml"))
 
 
 def _spec_models() -> list[type]:
@@ -37,7 +37,7 @@ def validator():
 
 
 def test_the_committed_reference_and_schema_are_what_the_generator_writes():
-    stale = [str(p.relative_to(reference.PROJECT_ROOT)) for p in reference.stale_files()]
+    stale = [str(p.relative_to(reference.FRAMEWORK_ROOT)) for p in reference.stale_files()]
     assert not stale, f"{', '.join(stale)} out of date with pipelines/spec/: run `make docs`"
 
 
@@ -128,7 +128,7 @@ def test_shipped_specs_point_at_the_schema_and_validate_against_it(path: Path, v
     ],
 )
 def test_the_schema_rejects_what_the_models_reject(change, wanted, validator):
-    spec = _as_json(read_yaml(SPECS_DIR / "penguin.yaml"))
+    spec = _as_json(read_yaml(find_project().specs_dir / "penguin.yaml"))
     broken = copy.deepcopy(spec)
     change(broken)
 
