@@ -402,13 +402,9 @@ def headline(document: dict) -> str:
             )
         return "; ".join(parts)
     if kind == "trainer":
-        return (
-            ", ".join(
-                f"{row['label']} {row['ratio_vs_baseline']:.2f}"
-                for row in figures["configurations"].values()
-            )
-            + " of one device's examples/s"
-        )
+        others = list(figures["configurations"].values())[1:]  # the first is the baseline
+        ratios = "; ".join(f"{row['label']} {row['ratio_vs_baseline']:.2f}x" for row in others)
+        return f"examples/s against one device: {ratios}"
     if kind == "serving":
         met = {}
         for floor in figures["floors"]:
