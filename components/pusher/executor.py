@@ -7,16 +7,16 @@ Differences from TFX's filesystem Pusher, each a problem users hit in production
 - a model whose files are identical to the version already served is not pushed again;
 - the staged copy is flushed to disk before the rename, so a crash never publishes half a model;
 - retention (`push.keep_versions`) is not done here but after ML Metadata has recorded the push
-  (pipelines/ops/serving_state.py): a run killed between the rename and the record must still
-  find the version it replaced, to fall back to it;
+  (pipelines/serving_state/reconcile.py): a run killed between the rename and the record must
+  still find the version it replaced, to fall back to it;
 - the first-run policy: with `require_manual_bless`, a model blessed without any baseline (the
   very first one) is not pushed automatically;
 - after the rename, TF Serving's models.config (and monitoring.config, batching.config) beside
-  the base path is rewritten atomically with the version labels moved
-  (pipelines/ops/labels.py), before TFX records the push; the labels moved are recorded on the
-  artifact (`conveyor_labels`). With `push.serving_urls` that is two writes, the labels moving
-  once the model servers have loaded the version; labels that did not move in time are named
-  in `conveyor_reason`.
+  the base path is rewritten atomically with the version labels moved (both steps are
+  pipelines/serving_state/push.py), before TFX records the push; the labels moved are recorded
+  on the artifact (`conveyor_labels`). With `push.serving_urls` that is two writes, the labels
+  moving once the model servers have loaded the version; labels that did not move in time are
+  named in `conveyor_reason`.
 - with a TF Lite converter before it (`push.tflite`, components/tflite), a passing
   `model.tflite` is copied into the staged version and so appears in the same rename (TF
   Serving started with `--prefer_tflite_model` serves it instead of `saved_model.pb`); a failed
@@ -29,7 +29,6 @@ can read it from ML Metadata.
 
 from __future__ import annotations
 
-import os
 import time
 
 from absl import logging
@@ -38,19 +37,11 @@ from tfx.types import artifact_utils, standard_component_specs
 from tfx.utils import json_utils
 
 from components.baseline.strategy import PUSHED_MODEL_ID_PROPERTY
-from components.failpoints import failpoint
 from components.infra_validator.blessing import infra_refusal
-from components.pusher.layout import (  # noqa: F401 (re-exported for callers)
-    PUSH_RECORD,
-    model_digest,
-    publish,
-    read_push_record,
-    served_versions,
-)
 from components.tflite.artifact import TFLITE_FILE, tflite_verdict
+from pipelines import serving_state
 
 REASON_PROPERTY = "conveyor_reason"
-LABELS_PROPERTY = "conveyor_labels"  # the labels the push moved to its version ("stable,canary")
 # With a TF Lite converter before the Pusher: whether model.tflite went in, and why (not).
 TFLITE_PROPERTY = "conveyor_tflite"
 BASELINE_MODEL_ID = "baseline_model_id"  # what TFX's Evaluator records on its blessing
@@ -109,13 +100,15 @@ class Executor(tfx_pusher_executor.Executor):
                 return not_pushed(f"{TFLITE_REFUSAL} (push.tflite.required): {why}")
         model_dir = self.GetModelPath(input_dict)
         base_dir = config["serving_base_dir"]
-        digest = model_digest(model_dir)
-        versions = served_versions(base_dir)
-        if versions:
-            latest = read_push_record(os.path.join(base_dir, str(versions[-1])))
-            if latest.get("model_digest") == digest:
-                return not_pushed(f"identical to the served version {versions[-1]}")
-        version, target = publish(
+        digest = serving_state.model_digest(model_dir)
+        identical = serving_state.served_as(base_dir, digest)
+        if identical is not None:
+            return not_pushed(f"identical to the served version {identical}")
+        # With `push` (the pipeline's Pusher node always passes it, builder/nodes/pusher), the
+        # labels move after the rename; with push.serving_urls this waits until the model
+        # servers have loaded the version (two models.config writes), and the labels that did
+        # not move are said in the reason.
+        pushed = serving_state.push_version(
             model_dir,
             base_dir,
             {
@@ -124,24 +117,20 @@ class Executor(tfx_pusher_executor.Executor):
                 "model_uri": model.uri,
                 "pushed_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             },
+            push=config.get("push"),
+            config_dir=config.get("serving_config_dir"),
             extra_files={TFLITE_FILE: tflite[0]} if tflite and tflite[0] else None,
+            echo=logging.info,
         )
-        labels, reason = [], f"pushed version {version}"
+        version, target = pushed.version, pushed.target
+        reason = f"pushed version {version}"
         if tflite_note:
             reason += f", {tflite_note}"
-        if "push" in config:  # the pipeline's Pusher node always passes it (build/nodes/pusher)
-            from pipelines.ops.labels import label_pushed_version
-
-            # With push.serving_urls this waits until the model servers have loaded the version
-            # (two models.config writes); the labels that did not move are said in the reason.
-            rollout = label_pushed_version(
-                config["serving_config_dir"], config["push"], base_dir, version, logging.info
-            )
-            labels = rollout.on(version)
-            if rollout.not_moved:
-                reason += f"; {rollout.note()}"
-            failpoint("push:configured")
+        if pushed.note:
+            reason += f"; {pushed.note}"
         self._MarkPushed(model_push, pushed_destination=target, pushed_version=str(version))
-        model_push.set_string_custom_property(LABELS_PROPERTY, ",".join(labels))
+        model_push.set_string_custom_property(
+            serving_state.LABELS_PROPERTY, ",".join(pushed.labels)
+        )
         model_push.set_string_custom_property(REASON_PROPERTY, reason)
         logging.info("Model pushed to %s.", target)

@@ -171,7 +171,7 @@ def newest_push(serving_dir: str) -> tuple[int, float] | None:
     None when there is none or its record has no time."""
     import os
 
-    from components.pusher.layout import read_push_record, served_versions
+    from pipelines.serving_state.versions import read_push_record, served_versions
 
     versions = served_versions(serving_dir)
     if not versions:

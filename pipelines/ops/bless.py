@@ -14,7 +14,7 @@ blessed it and why:
 - its INPUT event: the held Model; its OUTPUT: a new PushedModel artifact carrying `pushed`,
   `pushed_version`, `pushed_destination`, `conveyor_model_id`, `conveyor_reason` and the
   labels it moved (`conveyor_labels`), as the Pusher records a push; models.config is rewritten
-  before the record, as after a push (pipelines/ops/labels.py).
+  before the record, as after a push (pipelines/serving_state/push.py).
 
 Only a candidate that the Evaluator blessed and the Pusher held is accepted: a model that
 failed its thresholds cannot be pushed from here.
@@ -26,6 +26,7 @@ import os
 import time
 from dataclasses import dataclass
 
+from pipelines import serving_state
 from pipelines.core.metadata import (
     NODE_CONTEXT_TYPE,
     PUSHED_MODEL_TYPE,
@@ -35,7 +36,6 @@ from pipelines.core.metadata import (
     open_store,
 )
 from pipelines.core.paths import RunPaths
-from pipelines.ops import labels
 
 BLESS_EXECUTION_TYPE = "conveyor.ManualBless"
 BLESS_NODE = "manual_bless"
@@ -109,7 +109,7 @@ def bless(paths: RunPaths, run_id: str, blessed_by: str, reason: str) -> Blessed
       nightly.PipelineBusy: a run of the pipeline holds the workdir's lock and
         `runtime.concurrency` says to refuse (or the wait timed out).
     """
-    from pipelines.ops import nightly, serving_state
+    from pipelines.ops import nightly
 
     if not reason.strip():
         raise BlessError("--reason is required: say why the candidate may be served")
@@ -124,8 +124,6 @@ def bless(paths: RunPaths, run_id: str, blessed_by: str, reason: str) -> Blessed
 def _bless_locked(paths: RunPaths, run_id: str, blessed_by: str, reason: str) -> Blessed:
     from ml_metadata.proto import metadata_store_pb2
 
-    from components.pusher import layout
-
     store = open_store(paths.spec, paths.metadata_path)
     if store is None:
         raise BlessError(f"no metadata store at {paths.metadata_path}: nothing was run there")
@@ -138,13 +136,12 @@ def _bless_locked(paths: RunPaths, run_id: str, blessed_by: str, reason: str) ->
             )
     base = str(paths.serving_dir)
     model_dir = _serving_model_dir(model.uri)
-    digest = layout.model_digest(model_dir)
-    versions = layout.served_versions(base)
-    if versions:
-        latest = layout.read_push_record(os.path.join(base, str(versions[-1])))
-        if latest.get("model_digest") == digest:
-            raise BlessError(f"run {run_id}'s model is already served as version {versions[-1]}")
-    version, target = layout.publish(
+    digest = serving_state.model_digest(model_dir)
+    served = serving_state.served_as(base, digest)
+    if served is not None:
+        raise BlessError(f"run {run_id}'s model is already served as version {served}")
+    # As the Pusher does: labels and models.config after the rename, before the record.
+    pushed = serving_state.push_version(
         model_dir,
         base,
         {
@@ -155,11 +152,11 @@ def _bless_locked(paths: RunPaths, run_id: str, blessed_by: str, reason: str) ->
             "blessed_by": blessed_by,
             "reason": reason,
         },
+        push=paths.spec.push,
+        config_dir=paths.serving_config_dir,
     )
-    # As the Pusher does: labels and models.config after the rename, before the record.
-    rollout = labels.label_pushed_version(paths.serving_config_dir, paths.spec.push, base, version)
-    moved = rollout.on(version)
-    not_moved = f"; {rollout.note()}" if rollout.not_moved else ""
+    version, target = pushed.version, pushed.target
+    not_moved = f"; {pushed.note}" if pushed.note else ""
     execution_type = store.put_execution_type(
         metadata_store_pb2.ExecutionType(name=BLESS_EXECUTION_TYPE)
     )
@@ -176,7 +173,7 @@ def _bless_locked(paths: RunPaths, run_id: str, blessed_by: str, reason: str) ->
     push.custom_properties["pushed_version"].string_value = str(version)
     push.custom_properties["pushed_destination"].string_value = target
     push.custom_properties["conveyor_model_id"].int_value = model.id
-    push.custom_properties[labels.LABELS_PROPERTY].string_value = ",".join(moved)
+    push.custom_properties[serving_state.LABELS_PROPERTY].string_value = ",".join(pushed.labels)
     push.custom_properties[
         "conveyor_reason"
     ].string_value = f"pushed version {version}: blessed by {blessed_by}: {reason}{not_moved}"

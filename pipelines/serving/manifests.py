@@ -22,7 +22,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pipelines.serving import config as serving_config
+from pipelines.serving_state import config_files
+from pipelines.serving_state.durable_files import write_atomically
 
 if TYPE_CHECKING:  # annotations only: rendering needs the loaded spec, not the spec module
     from pipelines.spec.models import PipelineSpec, ResourcesSpec
@@ -62,21 +63,8 @@ def default_output(workdir: Path, pipeline: str, target: str) -> Path:
     return Path(workdir) / "deploy" / pipeline / target
 
 
-def current_model(config_dir: Path, model_name: str) -> serving_config.ServedModel | None:
-    """The model's entry in `config_dir`'s models.config (its policy, versions and labels as
-    last pushed or promoted), or None when there is no models.config or no entry for it.
-    A models.config TF Serving would refuse raises `ServingConfigError`."""
-    path = Path(config_dir) / serving_config.MODELS_CONFIG
-    if not path.exists():
-        return None
-    for model in serving_config.served_models(path):
-        if model.name == model_name:
-            return model
-    return None
-
-
 def render(
-    spec: PipelineSpec, target: str, current: serving_config.ServedModel | None = None
+    spec: PipelineSpec, target: str, current: config_files.ServedModel | None = None
 ) -> dict[str, dict[str, Any]]:
     """File name -> Kubernetes object for `target`; `current` is the model as the workdir's
     models.config has it (None: the spec's version policy, with no labels yet).
@@ -110,24 +98,21 @@ def write_manifests(
     spec: PipelineSpec,
     target: str,
     output_dir: Path,
-    current: serving_config.ServedModel | None = None,
+    current: config_files.ServedModel | None = None,
 ) -> list[Path]:
     """Renders the manifests for `target` and writes one YAML file per object into
     `output_dir` (each atomically); returns the paths written."""
     objects = render(spec, target, current)
     output_dir = Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
-    return [
-        serving_config.write_atomically(output_dir / name, to_yaml(obj))
-        for name, obj in objects.items()
-    ]
+    return [write_atomically(output_dir / name, to_yaml(obj)) for name, obj in objects.items()]
 
 
 # ----------------------------------------------------------------------------- tf-serving
 
 
 def _tf_serving(
-    spec: PipelineSpec, current: serving_config.ServedModel | None
+    spec: PipelineSpec, current: config_files.ServedModel | None
 ) -> dict[str, dict[str, Any]]:
     push, deploy = spec.push, spec.push.deploy
     name = resource_name(push.model_name)
@@ -136,7 +121,7 @@ def _tf_serving(
     _check_gpu_image(spec, strict=False)
     base_path, volume, mount = _model_storage(spec, name)
     model = _container_model(spec, base_path, current)
-    files = serving_config.serving_config_texts([model], push)
+    files = config_files.serving_config_texts([model], push)
 
     labels = _labels(spec, name)
     selector = {k: labels[k] for k in ("app.kubernetes.io/name", "app.kubernetes.io/instance")}
@@ -148,18 +133,18 @@ def _tf_serving(
     args = [
         f"--port={GRPC_PORT}",
         f"--rest_api_port={REST_PORT}",
-        f"--model_config_file={CONFIG_MOUNT}/{serving_config.MODELS_CONFIG}",
+        f"--model_config_file={CONFIG_MOUNT}/{config_files.MODELS_CONFIG}",
         f"--model_config_file_poll_wait_seconds={CONFIG_POLL_SECONDS}",
         # Every label is new to a server that has just started, and TF Serving refuses a label
         # on a version that has not loaded yet unless this is set; moving an existing label to
         # an unloaded version stays refused (server_core.cc, UpdateModelVersionLabelMap).
         "--allow_version_labels_for_unavailable_models=true",
-        f"--monitoring_config_file={CONFIG_MOUNT}/{serving_config.MONITORING_CONFIG}",
+        f"--monitoring_config_file={CONFIG_MOUNT}/{config_files.MONITORING_CONFIG}",
     ]
-    if serving_config.BATCHING_CONFIG in files:
+    if config_files.BATCHING_CONFIG in files:
         args += [
             "--enable_batching=true",
-            f"--batching_parameters_file={CONFIG_MOUNT}/{serving_config.BATCHING_CONFIG}",
+            f"--batching_parameters_file={CONFIG_MOUNT}/{config_files.BATCHING_CONFIG}",
         ]
     volumes = [{"name": "config", "configMap": {"name": config_map}}]
     mounts = [{"name": "config", "mountPath": CONFIG_MOUNT, "readOnly": True}]
@@ -228,8 +213,8 @@ def _tf_serving(
 
 
 def _container_model(
-    spec: PipelineSpec, base_path: str, current: serving_config.ServedModel | None
-) -> serving_config.ServedModel:
+    spec: PipelineSpec, base_path: str, current: config_files.ServedModel | None
+) -> config_files.ServedModel:
     """The model as the pod serves it: the workdir's versions and labels when known, else the
     spec's policy; `labelled` with nothing labelled yet serves the latest version."""
     push = spec.push
@@ -238,7 +223,7 @@ def _container_model(
     policy = push.version_policy.value
     if policy == "labelled":
         policy = "latest"  # nothing pushed yet: no label to load; the first push gets `stable`
-    return serving_config.ServedModel(push.model_name, base_path, policy)
+    return config_files.ServedModel(push.model_name, base_path, policy)
 
 
 def _model_storage(spec: PipelineSpec, name: str) -> tuple[str, dict | None, dict | None]:

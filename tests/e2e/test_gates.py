@@ -13,11 +13,12 @@ import shutil
 
 import pytest
 
-from components.pusher.layout import model_digest
-from pipelines import cli
+from pipelines import cli, serving_state
 from pipelines.core import metadata
 from pipelines.core.paths import RunPaths
-from pipelines.ops import nightly, serving_state
+from pipelines.ops import nightly
+from pipelines.serving_state.records import recorded_pushes
+from pipelines.serving_state.versions import model_digest
 from pipelines.spec.loading import load_spec
 from tests.conftest import run_artifacts
 
@@ -60,7 +61,7 @@ def test_bless_pushes_the_held_candidate_and_records_who_and_why(held, capsys):
     assert metadata.custom_property(execution, "blessed_by") == "reviewer"
     assert metadata.custom_property(execution, "reason") == "accuracy 0.97 on the report"
     # The push is one ML Metadata knows, so reconcile keeps it and lineage traces it.
-    assert serving_state.recorded_pushes(paths) == (True, {1})
+    assert recorded_pushes(paths) == (True, {1})
     assert not serving_state.reconcile(paths, print).changed
     [lineage] = metadata.pushed_lineage(store, "penguin")
     assert (lineage.version, lineage.run_id) == ("1", result.run_id)

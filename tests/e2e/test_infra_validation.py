@@ -29,10 +29,10 @@ import pytest
 
 from components.infra_validator import executor as infra
 from components.infra_validator import spare
-from components.pusher.layout import model_digest
 from pipelines.core import metadata
 from pipelines.core.paths import REPORT_FILE, RUN_LOG, RUN_SUMMARY, RunPaths
 from pipelines.ops import nightly
+from pipelines.serving_state.versions import model_digest
 from pipelines.spec.loading import load_spec
 from tests.conftest import penguin_ci_run, recording_webhook, run_artifacts
 

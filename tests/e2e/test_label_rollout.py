@@ -4,7 +4,7 @@ label names a version it has not loaded.
 A real `python -m pipelines.serving.model_server` process follows the pipeline's models.config with
 TF Serving's rules (`--allow-version-labels-for-unavailable-models`, as the rendered
 Deployment starts `tensorflow_model_server`). Pushes, a rollback and a promote go through
-`pipelines.ops.labels` on a real ML Metadata store (the `Pipeline` of tests/unit/test_labels.py)
+`pipelines.serving_state` on a real ML Metadata store (the `Pipeline` of tests/unit/test_labels.py)
 with TF Serving's half_plus_two as the model (version k answers 0.5 x + 1 + k, so x = 2 tells
 the version). With `push.serving_urls` naming the server every move lands, in two writes,
 while two clients keep asking `/labels/stable` and `/labels/canary` and no request fails; a
@@ -19,9 +19,9 @@ from pathlib import Path
 
 import httpx
 
-from pipelines import cli
-from pipelines.ops import labels
-from pipelines.serving.config import MODELS_CONFIG
+from pipelines import cli, serving_state
+from pipelines.serving_state.config_files import MODELS_CONFIG
+from pipelines.serving_state.records import recorded_state
 from tests.half_plus_two import write_half_plus_two
 from tests.serving_server import serving, wait_for
 from tests.unit.test_labels import Pipeline, _paths
@@ -114,7 +114,7 @@ def test_two_step_moves_land_on_a_server_that_refuses_labels_on_unloaded_version
             _serves(server, {"stable": 2, "canary": 2})
 
             # A rollback onto version 1, which the labelled policy no longer loads.
-            moved = labels.rollback(two_steps, None, "ana", "slow", echo=said.append)
+            moved = serving_state.rollback(two_steps, None, "ana", "slow", echo=said.append)
             assert moved.after == {"stable": 1, "canary": 1} and moved.held
             assert any("waiting for" in line for line in said)
             _serves(server, {"stable": 1, "canary": 1})
@@ -125,7 +125,7 @@ def test_two_step_moves_land_on_a_server_that_refuses_labels_on_unloaded_version
             assert pipeline.entry().labels == {"stable": 1, "canary": 3}
             _serves(server, {"stable": 1, "canary": 3})
             said.clear()
-            labels.promote(two_steps, 3, "stable", "ana", "fine", echo=said.append)
+            serving_state.promote(two_steps, 3, "stable", "ana", "fine", echo=said.append)
             assert not any("waiting for" in line for line in said)
             _serves(server, {"stable": 3, "canary": 3})
 
@@ -139,7 +139,7 @@ def test_two_step_moves_land_on_a_server_that_refuses_labels_on_unloaded_version
             )
             assert pipeline.entry().labels == {"stable": 3, "canary": 3}
             assert pipeline.entry().versions == (3, 4)
-            assert labels.recorded_state(two_steps)[2].labels == {"stable": 3, "canary": 3}
+            assert recorded_state(two_steps)[2].labels == {"stable": 3, "canary": 3}
             assert cli.main(["models", "penguin", "--workdir", str(tmp_path)]) == 0
             assert "loaded without a label: version 4" in capsys.readouterr().out
 
@@ -149,9 +149,9 @@ def test_two_step_moves_land_on_a_server_that_refuses_labels_on_unloaded_version
             )
             moves_before = len(pipeline.moves())
             try:
-                labels.promote(silent, 2, "canary", "ana", "try", echo=said.append)
+                serving_state.promote(silent, 2, "canary", "ana", "try", echo=said.append)
                 raise AssertionError("the promote claimed a move that did not happen")
-            except labels.LabelError as err:
+            except serving_state.LabelError as err:
                 assert "labels not moved (canary stays on 3): not AVAILABLE within 1 s" in str(err)
             assert len(pipeline.moves()) == moves_before
             assert pipeline.entry().labels == {"stable": 3, "canary": 3}

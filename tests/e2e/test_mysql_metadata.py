@@ -205,13 +205,13 @@ def test_the_metadata_server_stopped_mid_run_fails_the_run_and_serving_keeps_its
     run finds serving and ML Metadata in step and goes through."""
     import sys
 
-    from components.pusher import layout
-    from pipelines.ops import serving_state
+    from pipelines.serving_state import versions
+    from pipelines.serving_state.records import recorded_pushes
 
     loaded, workdir, first, _ = penguin_on_mariadb
     paths = RunPaths(workdir, loaded.spec)
     served = str(paths.serving_dir)
-    digest_before = layout.model_digest(os.path.join(served, "1"))
+    digest_before = versions.model_digest(os.path.join(served, "1"))
     argv = [str(Path(sys.executable).with_name("conveyor")), "run", "penguin"]
     argv += ["--env", "team_mysql", "--workdir", str(workdir)]
     argv += ["--set", f"runtime.metadata.port={mariadb.port}", "--set", "trainer.train_steps=400"]
@@ -239,11 +239,11 @@ def test_the_metadata_server_stopped_mid_run_fails_the_run_and_serving_keeps_its
     verdict = next(line for line in out.splitlines() if line.startswith("FAILED"))
     assert "metadata" in verdict.lower() or "mysql" in verdict.lower(), verdict
     assert "Traceback" not in err
-    assert layout.served_versions(served) == [1]
-    assert layout.model_digest(os.path.join(served, "1")) == digest_before
+    assert versions.served_versions(served) == [1]
+    assert versions.model_digest(os.path.join(served, "1")) == digest_before
     # Back up: serving and ML Metadata agree, and a run goes through.
-    assert serving_state.recorded_pushes(paths)[1] == {1}
+    assert recorded_pushes(paths)[1] == {1}
     os.environ["CONVEYOR_MYSQL_PASSWORD"] = PASSWORD
     again = nightly.run(loaded, workdir, echo=lambda _: None)
     assert again.outcome in ("pushed", "not_pushed"), again.message
-    assert set(layout.served_versions(served)) <= serving_state.recorded_pushes(paths)[1]
+    assert set(versions.served_versions(served)) <= recorded_pushes(paths)[1]

@@ -13,11 +13,12 @@ import sys
 import numpy as np
 import pytest
 
-from pipelines import cli
+from pipelines import cli, serving_state
 from pipelines.core import metadata
 from pipelines.core.paths import RunPaths
-from pipelines.ops import labels, nightly
-from pipelines.serving.config import MODELS_CONFIG, read_models_config
+from pipelines.ops import nightly
+from pipelines.serving_state import labels
+from pipelines.serving_state.config_files import MODELS_CONFIG, read_models_config
 from pipelines.spec.loading import load_spec
 from tests.conftest import run_artifacts
 from tests.serving_server import serving, wait_for
@@ -134,7 +135,7 @@ def test_rollback_holds_stable_the_next_push_is_canary_and_promote_moves_stable(
         for a in run_artifacts(store, third, "PushedModel")
         if metadata.custom_property(a, "pushed_version") == "3"
     ]
-    assert metadata.custom_property(push, labels.LABELS_PROPERTY) == "canary"
+    assert metadata.custom_property(push, serving_state.LABELS_PROPERTY) == "canary"
 
     assert _cli(workdir, "models") == 0
     table = capsys.readouterr().out

@@ -20,8 +20,8 @@ import pytest
 from google.protobuf import text_format
 from prometheus_client.parser import text_string_to_metric_families
 
-from pipelines.serving.config import ServedModel, models_config
 from pipelines.serving.model_server.app import INLINE_BODY_BYTES
+from pipelines.serving_state.config_files import ServedModel, models_config
 from tests.half_plus_two import write_half_plus_two
 from tests.serving_server import serving, wait_for
 

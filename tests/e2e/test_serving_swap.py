@@ -23,7 +23,7 @@ import httpx
 import numpy as np
 from google.protobuf import text_format
 
-from pipelines.serving.config import ServedModel, models_config
+from pipelines.serving_state.config_files import ServedModel, models_config
 from tests.half_plus_two import write_half_plus_two
 from tests.serving_server import RunningServer, serving, wait_for
 

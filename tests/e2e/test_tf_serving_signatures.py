@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from google.protobuf import text_format
 
-from pipelines.serving.config import ServedModel, models_config
+from pipelines.serving_state.config_files import ServedModel, models_config
 from tests.serving_server import serving
 
 ROWS = [

@@ -10,12 +10,12 @@ from pathlib import Path
 import markupsafe
 import pytest
 
-from components.pusher.layout import model_digest
 from pipelines import cli
 from pipelines.core import metadata
 from pipelines.core.outcome import TFLITE_REFUSAL
 from pipelines.core.paths import REPORT_FILE, RUN_SUMMARY, RunPaths
 from pipelines.ops import nightly
+from pipelines.serving_state.versions import model_digest
 from pipelines.spec.loading import load_spec
 from pipelines.spec.models import TFLITE_DEFAULT_TOLERANCE, TfLiteQuantization
 from tests.conftest import run_artifacts

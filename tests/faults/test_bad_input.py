@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 
 from components.csv_input import checks
-from components.pusher.layout import model_digest
 from pipelines import cli
 from pipelines.core.paths import RunPaths
 from pipelines.ops import nightly
+from pipelines.serving_state.versions import model_digest
 from pipelines.spec.loading import load_spec
 from tests.conftest import DATA_DIR
 
@@ -166,7 +166,7 @@ def test_the_good_data_still_runs_after_the_bad(penguin):
     one ML Metadata recorded. (TFX fingerprints input files by modification time, so the
     restored file is ingested again and may train a new, equally good model: pushing it is
     allowed; breaking on the bad runs' leftovers is not.)"""
-    from pipelines.ops import serving_state
+    from pipelines.serving_state.records import recorded_pushes
 
     paths, good, served = penguin
     assert (paths.input_dir / CSV_NAME).read_bytes() == good
@@ -177,4 +177,4 @@ def test_the_good_data_still_runs_after_the_bad(penguin):
     assert result.outcome in ("pushed", "not_pushed"), result.message
     assert model_digest(str(paths.serving_dir / "1")) == served
     versions = {int(p.name) for p in paths.serving_dir.iterdir()}
-    assert versions <= serving_state.recorded_pushes(paths)[1]
+    assert versions <= recorded_pushes(paths)[1]

@@ -11,10 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from components.pusher import layout
 from pipelines import cli
 from pipelines.core.paths import RunPaths
-from pipelines.ops import nightly, serving_state
+from pipelines.ops import nightly
+from pipelines.serving_state import versions
+from pipelines.serving_state.records import recorded_pushes
 from pipelines.spec.loading import load_spec
 
 pytestmark = pytest.mark.e2e
@@ -69,14 +70,14 @@ def test_a_push_that_runs_out_of_space_fails_and_leaves_serving_as_it_was(tmp_pa
     assert mounted.returncode == 0, mounted.stderr  # CI runs as root: it must be able to
     shutil.copytree(version_1, small_disk / "penguin" / "1")
     served = str(small_disk / "penguin")
-    digest_before = layout.model_digest(os.path.join(served, "1"))
+    digest_before = versions.model_digest(os.path.join(served, "1"))
 
     loaded, result = run(21, small_disk)
 
     assert result.outcome == "failed"
     assert "No space left on device" in result.message or "could not stage" in result.message
-    assert layout.served_versions(served) == [1]
-    assert layout.model_digest(os.path.join(served, "1")) == digest_before
+    assert versions.served_versions(served) == [1]
+    assert versions.model_digest(os.path.join(served, "1")) == digest_before
     assert os.listdir(served) == ["1"]  # no .incoming-* left on the full disk
     paths = RunPaths(workdir=workdir.resolve(), spec=loaded.spec)
-    assert serving_state.recorded_pushes(paths)[1] == {1}  # the failed push is not recorded
+    assert recorded_pushes(paths)[1] == {1}  # the failed push is not recorded

@@ -2,7 +2,7 @@
 never loses its good version, and the next run repairs what the killed one left so that ML
 Metadata and serving agree again.
 
-The phases, in the order a push goes through them (components/failpoints.py kills the pipeline
+The phases, in the order a push goes through them (pipelines/core/failpoints.py kills the pipeline
 process with SIGKILL at each, as the OOM killer would; `conveyor run`, its supervising parent,
 survives and reports the run FAILED, naming the signal):
   push:copied        the new version is copied and flushed, not yet renamed into place;
@@ -22,12 +22,12 @@ from pathlib import Path
 
 import pytest
 
-from components.failpoints import ENV as FAILPOINT
-from components.pusher import layout
 from pipelines.core import metadata
+from pipelines.core.failpoints import ENV as FAILPOINT
 from pipelines.core.outcome import EXIT_FAILED
 from pipelines.core.paths import FRAMEWORK_ROOT, RunPaths
-from pipelines.ops import serving_state
+from pipelines.serving_state import versions
+from pipelines.serving_state.records import recorded_pushes
 from pipelines.spec.loading import load_spec
 from pipelines.spec.models import TFLITE_DEFAULT_TOLERANCE, TfLiteQuantization
 
@@ -65,19 +65,19 @@ class Serving:
         self.base = str(self.paths.serving_dir)
 
     def versions(self) -> list[int]:
-        return layout.served_versions(self.base)
+        return versions.served_versions(self.base)
 
     def recorded(self) -> set[int]:
-        return serving_state.recorded_pushes(self.paths)[1]
+        return recorded_pushes(self.paths)[1]
 
     def digests(self) -> dict[int, str]:
-        return {v: layout.model_digest(os.path.join(self.base, str(v))) for v in self.versions()}
+        return {v: versions.model_digest(os.path.join(self.base, str(v))) for v in self.versions()}
 
     def leftovers(self) -> list[str]:
-        return layout.leftovers(self.base)
+        return versions.leftovers(self.base)
 
     def quarantined(self) -> list[str]:
-        return [n for n in os.listdir(self.base) if n.startswith(layout.QUARANTINE_PREFIX)]
+        return [n for n in os.listdir(self.base) if n.startswith(versions.QUARANTINE_PREFIX)]
 
     def in_step(self) -> bool:
         """Every version served is one ML Metadata recorded, and nothing half-done is left."""
@@ -107,7 +107,7 @@ def test_killed_while_copying_serving_keeps_version_1_and_the_next_run_cleans_up
 
     _assert_killed(killed, "during pusher")
     assert serving.versions() == [1] and serving.digests() == before
-    assert [n for n in serving.leftovers() if n.startswith(layout.INCOMING_PREFIX)]
+    assert [n for n in serving.leftovers() if n.startswith(versions.INCOMING_PREFIX)]
     assert serving.recorded() == {1}
 
     again = _run(workdir, 21)
@@ -135,7 +135,7 @@ def test_killed_after_the_rename_before_the_record_the_unknown_version_is_quaran
     assert "PUSHED: pushed version 3" in again.stdout
     assert serving.versions() == [1, 2, 3] and serving.in_step()
     [hidden] = serving.quarantined()
-    assert layout.read_push_record(os.path.join(serving.base, hidden))["version"] == 3
+    assert versions.read_push_record(os.path.join(serving.base, hidden))["version"] == 3
     assert {v: d for v, d in serving.digests().items() if v < 3} == before
 
 
@@ -147,7 +147,7 @@ def test_killed_while_retiring_the_newest_version_stays_and_the_next_run_finishe
     _assert_killed(killed, "after the pipeline had ended (pushed version 4 ")
     # Version 4 was pushed and recorded; retention died after hiding version 1.
     assert 4 in serving.versions() and 4 in serving.recorded()
-    assert [n for n in serving.leftovers() if n.startswith(layout.RETIRED_PREFIX)]
+    assert [n for n in serving.leftovers() if n.startswith(versions.RETIRED_PREFIX)]
     newest = serving.digests()[4]
 
     again = _run(workdir, 23, "push.keep_versions=1")
@@ -201,7 +201,7 @@ def test_killed_while_copying_a_version_with_model_tflite_serving_sees_none_of_i
 
     _assert_killed(killed, "during pusher")
     # The staged copy held the flatbuffer beside the SavedModel, out of TF Serving's sight.
-    [staging] = [n for n in serving.leftovers() if n.startswith(layout.INCOMING_PREFIX)]
+    [staging] = [n for n in serving.leftovers() if n.startswith(versions.INCOMING_PREFIX)]
     staged = Path(serving.base, staging)
     assert (staged / "saved_model.pb").is_file() and (staged / TFLITE_FILE).is_file()
     assert _files_named(serving.base, TFLITE_FILE) == sorted(

@@ -1,7 +1,7 @@
 """Version labels in models.config, promote and rollback, on a real SQLite ML Metadata store.
 
-A push here is what the Pusher does minus TFX: `layout.publish` renames a (tiny) version into
-place, `labels.label_pushed_version` rewrites models.config through the serving config module,
+A push here is what the Pusher does minus TFX: `versions.publish` renames a (tiny) version into
+place, `push.label_pushed_version` moves the labels and rewrites models.config,
 and the push is recorded in ML Metadata the way TFX records the Pusher's execution (a Trainer
 with its Examples and Model, a Pusher with its PushedModel carrying `pushed`, `pushed_version`
 and `conveyor_labels`), so the rules, the record and `conveyor models` read real files and a
@@ -18,12 +18,13 @@ import pytest
 from ml_metadata.metadata_store import metadata_store
 from ml_metadata.proto import metadata_store_pb2
 
-from components.pusher import layout
-from pipelines import cli
+from pipelines import cli, serving_state
 from pipelines.core.metadata import connection_config, custom_property
 from pipelines.core.paths import FRAMEWORK_ROOT, RunPaths
-from pipelines.ops import labels, serving_state
-from pipelines.serving.config import MODELS_CONFIG, read_models_config, served_models
+from pipelines.serving_state import config_files, labels, records, versions
+from pipelines.serving_state.config_files import MODELS_CONFIG, read_models_config, served_models
+from pipelines.serving_state.push import label_pushed_version
+from pipelines.serving_state.reconcile import reconcile_labels
 from pipelines.spec.loading import load_spec
 
 
@@ -66,8 +67,8 @@ class Pipeline:
         else:
             write_model(model, self.runs)
         base = str(self.paths.serving_dir)
-        version, _ = layout.publish(str(model), base, {"pushed_at": "2026-12-01T10:00:00Z"})
-        self.rollout = labels.label_pushed_version(
+        version, _ = versions.publish(str(model), base, {"pushed_at": "2026-12-01T10:00:00Z"})
+        self.rollout = label_pushed_version(
             self.paths.serving_config_dir, self.paths.spec.push, base, version, lambda _: None
         )
         if record:
@@ -87,7 +88,7 @@ class Pipeline:
         push = metadata_store_pb2.Artifact(type_id=self.types["PushedModel"], uri=f"/p/{version}")
         push.custom_properties["pushed"].int_value = 1
         push.custom_properties["pushed_version"].string_value = str(version)
-        push.custom_properties[labels.LABELS_PROPERTY].string_value = ",".join(moved)
+        push.custom_properties[serving_state.LABELS_PROPERTY].string_value = ",".join(moved)
         contexts = store.get_contexts_by_id([self.pipeline, run])
         for node, inputs, output in (("Trainer", [examples], model), ("Pusher", [model], push)):
             type_id = store.put_execution_type(metadata_store_pb2.ExecutionType(name=node))
@@ -113,7 +114,7 @@ class Pipeline:
         return labels.read_hold(self.paths.serving_config_dir, "penguin") is not None
 
     def moves(self) -> list:
-        return list(self.store.get_executions_by_type(labels.LABEL_MOVE_TYPE))
+        return list(self.store.get_executions_by_type(records.LABEL_MOVE_TYPE))
 
 
 def test_pushes_move_every_label_a_rollback_holds_stable_and_promote_ends_the_hold(tmp_path):
@@ -126,12 +127,14 @@ def test_pushes_move_every_label_a_rollback_holds_stable_and_promote_ends_the_ho
     assert entry.base_path == str(paths.serving_dir)
     assert (paths.serving_config_dir / "monitoring.config").is_file()
 
-    moved = labels.rollback(paths, None, "ana", "version 2 answers slowly", echo=lambda _: None)
+    moved = serving_state.rollback(
+        paths, None, "ana", "version 2 answers slowly", echo=lambda _: None
+    )
 
     assert moved.before == {"stable": 2, "canary": 2} and moved.after == {"stable": 1, "canary": 1}
     assert pipeline.entry().labels == {"stable": 1, "canary": 1}
     assert pipeline.entry().versions == (1,)
-    assert pipeline.held() and layout.served_versions(str(paths.serving_dir)) == [1, 2]
+    assert pipeline.held() and versions.served_versions(str(paths.serving_dir)) == [1, 2]
     recorded = {custom_property(m, "label"): m for m in pipeline.moves()}
     assert set(recorded) == {"stable", "canary"}
     stable = recorded["stable"]
@@ -147,9 +150,9 @@ def test_pushes_move_every_label_a_rollback_holds_stable_and_promote_ends_the_ho
     assert pipeline.entry().versions == (1, 3)
     assert pipeline.push() == 4
     assert pipeline.entry().labels == {"stable": 1, "canary": 4}
-    assert not labels.reconcile_labels(paths)  # files and record agree
+    assert not reconcile_labels(paths)  # files and record agree
 
-    labels.promote(paths, 4, "stable", "ana", "canary 4 looked good for a day")
+    serving_state.promote(paths, 4, "stable", "ana", "canary 4 looked good for a day")
     assert pipeline.entry().labels == {"stable": 4, "canary": 4} and not pipeline.held()
     assert pipeline.push() == 5
     assert pipeline.entry().labels == {"stable": 5, "canary": 5}
@@ -158,7 +161,7 @@ def test_pushes_move_every_label_a_rollback_holds_stable_and_promote_ends_the_ho
 def test_with_after_rollback_stable_the_next_push_takes_every_label(tmp_path):
     pipeline = Pipeline(_paths(tmp_path, "push.after_rollback=stable"))
     pipeline.push(), pipeline.push()
-    labels.rollback(pipeline.paths, 1, "ana", "", echo=lambda _: None)
+    serving_state.rollback(pipeline.paths, 1, "ana", "", echo=lambda _: None)
     assert pipeline.entry().labels == {"stable": 1, "canary": 1} and not pipeline.held()
     pipeline.push()
     assert pipeline.entry().labels == {"stable": 3, "canary": 3}
@@ -168,20 +171,20 @@ def test_a_second_rollback_goes_further_back_not_forward(tmp_path):
     pipeline = Pipeline(_paths(tmp_path))
     for _ in range(3):
         pipeline.push()
-    labels.rollback(pipeline.paths, None, "ana", "3 is bad", echo=lambda _: None)
+    serving_state.rollback(pipeline.paths, None, "ana", "3 is bad", echo=lambda _: None)
     assert pipeline.entry().labels["stable"] == 2
     pipeline.push()  # 4, canary only
-    labels.promote(pipeline.paths, 4, "stable", "ana", "")
-    labels.rollback(pipeline.paths, None, "ana", "4 is bad too", echo=lambda _: None)
+    serving_state.promote(pipeline.paths, 4, "stable", "ana", "")
+    serving_state.rollback(pipeline.paths, None, "ana", "4 is bad too", echo=lambda _: None)
     assert pipeline.entry().labels == {"stable": 2, "canary": 2}  # stable's previous value
-    labels.rollback(pipeline.paths, None, "ana", "and 2", echo=lambda _: None)
+    serving_state.rollback(pipeline.paths, None, "ana", "and 2", echo=lambda _: None)
     assert pipeline.entry().labels == {"stable": 1, "canary": 1}
 
 
 def test_all_lists_every_version_and_keeps_the_labels(tmp_path):
     pipeline = Pipeline(_paths(tmp_path, "push.version_policy=all"))
     pipeline.push(), pipeline.push()
-    labels.promote(pipeline.paths, 1, "canary", "ana", "compare")
+    serving_state.promote(pipeline.paths, 1, "canary", "ana", "compare")
     entry = pipeline.entry()
     assert entry.policy == "all" and entry.versions == ()
     assert entry.labels == {"stable": 2, "canary": 1}
@@ -190,35 +193,39 @@ def test_all_lists_every_version_and_keeps_the_labels(tmp_path):
 def test_retention_never_retires_a_labelled_version(tmp_path):
     pipeline = Pipeline(_paths(tmp_path, "push.keep_versions=1"))
     pipeline.push(), pipeline.push()
-    labels.rollback(pipeline.paths, 1, "ana", "", echo=lambda _: None)
+    serving_state.rollback(pipeline.paths, 1, "ana", "", echo=lambda _: None)
     for _ in range(3):
         pipeline.push()  # 3, 4, 5: canary only, stable held on 1
 
     retired = serving_state.retain(pipeline.paths, lambda _: None)
 
     assert retired == [2, 3, 4]
-    assert layout.served_versions(str(pipeline.paths.serving_dir)) == [1, 5]
+    assert versions.served_versions(str(pipeline.paths.serving_dir)) == [1, 5]
     assert pipeline.entry().labels == {"stable": 1, "canary": 5}
 
 
 def test_refusals_name_the_version_or_label(tmp_path):
     pipeline = Pipeline(_paths(tmp_path))
     paths = pipeline.paths
-    with pytest.raises(labels.LabelError, match="nothing has been pushed, so there is nothing"):
-        labels.rollback(paths, None, "ana", "", echo=lambda _: None)
+    with pytest.raises(
+        serving_state.LabelError, match="nothing has been pushed, so there is nothing"
+    ):
+        serving_state.rollback(paths, None, "ana", "", echo=lambda _: None)
     pipeline.push()
-    with pytest.raises(labels.LabelError, match="below the served version 1 .* nothing to roll"):
-        labels.rollback(paths, None, "ana", "", echo=lambda _: None)
-    with pytest.raises(labels.LabelError, match="version 7 of penguin is not on disk"):
-        labels.promote(paths, 7, "stable", "ana", "")
+    with pytest.raises(
+        serving_state.LabelError, match="below the served version 1 .* nothing to roll"
+    ):
+        serving_state.rollback(paths, None, "ana", "", echo=lambda _: None)
+    with pytest.raises(serving_state.LabelError, match="version 7 of penguin is not on disk"):
+        serving_state.promote(paths, 7, "stable", "ana", "")
     pipeline.push(record=False)  # version 2: on disk, never recorded
-    with pytest.raises(labels.LabelError, match="version 2 is not recorded as pushed"):
-        labels.promote(paths, 2, "canary", "ana", "")
-    with pytest.raises(labels.LabelError, match="label 'beta' is not one of push.labels"):
-        labels.promote(paths, 1, "beta", "ana", "")
+    with pytest.raises(serving_state.LabelError, match="version 2 is not recorded as pushed"):
+        serving_state.promote(paths, 2, "canary", "ana", "")
+    with pytest.raises(serving_state.LabelError, match="label 'beta' is not one of push.labels"):
+        serving_state.promote(paths, 1, "beta", "ana", "")
     latest = _paths(tmp_path, "push.version_policy=latest", "push.labels=[]")
-    with pytest.raises(labels.LabelError, match="has no version labels"):
-        labels.promote(latest, 1, "stable", "ana", "")
+    with pytest.raises(serving_state.LabelError, match="has no version labels"):
+        serving_state.promote(latest, 1, "stable", "ana", "")
     assert pipeline.moves() == []  # nothing refused was recorded
 
 
@@ -229,9 +236,9 @@ def test_rollback_under_latest_hides_the_newer_versions_and_numbers_stay_above_t
         pipeline.push()
     assert pipeline.entry().policy == "latest" and pipeline.entry().labels == {}
 
-    moved = labels.rollback(pipeline.paths, 1, "ana", "bad week", echo=lambda _: None)
+    moved = serving_state.rollback(pipeline.paths, 1, "ana", "bad week", echo=lambda _: None)
 
-    assert layout.served_versions(base) == [1]  # what `latest` resolves to now
+    assert versions.served_versions(base) == [1]  # what `latest` resolves to now
     assert [h.split("-")[2] for h in moved.hidden] == ["2", "3"]
     assert sorted(os.listdir(base))[:2] == moved.hidden  # files kept, hidden from the server
     assert [custom_property(m, "label") for m in pipeline.moves()] == [labels.LATEST_LABEL]
@@ -242,7 +249,7 @@ def test_reconcile_moves_labels_off_a_push_killed_before_its_record(tmp_path):
     pipeline = Pipeline(_paths(tmp_path))
     paths = pipeline.paths
     pipeline.push(), pipeline.push()
-    labels.rollback(paths, 1, "ana", "", echo=lambda _: None)
+    serving_state.rollback(paths, 1, "ana", "", echo=lambda _: None)
     pipeline.push()  # 3: canary
     # A push killed between models.config and the record: canary points to an unknown 4.
     assert pipeline.push(record=False) == 4
@@ -266,10 +273,10 @@ def test_a_promote_killed_before_its_record_is_undone_by_reconcile(tmp_path):
     push = pipeline.paths.spec.push
     base = str(pipeline.paths.serving_dir)
     # What a promote does before its record: models.config only.
-    labels.update_entry(
+    config_files.update_entry(
         config_dir, push, lambda _: labels.served_model(push, base, {"stable": 1, "canary": 2})
     )
-    assert labels.reconcile_labels(pipeline.paths) == ["label stable 1 -> 2"]
+    assert reconcile_labels(pipeline.paths) == ["label stable 1 -> 2"]
     assert pipeline.entry().labels == {"stable": 2, "canary": 2}
 
 
@@ -279,7 +286,7 @@ def test_models_config_keeps_the_other_pipelines_models(tmp_path):
     taxi_spec = load_spec("taxi").spec
     taxi = RunPaths(workdir=tmp_path, spec=taxi_spec)
     assert taxi.serving_config_dir == penguin.paths.serving_config_dir  # both `serving`
-    labels.update_entry(
+    config_files.update_entry(
         taxi.serving_config_dir,
         taxi_spec.push,
         lambda _: labels.served_model(taxi_spec.push, str(taxi.serving_dir), {"stable": 7}),
@@ -293,7 +300,7 @@ def test_models_config_keeps_the_other_pipelines_models(tmp_path):
 def test_lineage_shows_the_label_moves_of_each_version(tmp_path, capsys):
     pipeline = Pipeline(_paths(tmp_path))
     pipeline.push(), pipeline.push()
-    labels.rollback(pipeline.paths, 1, "ana", "slow", echo=lambda _: None)
+    serving_state.rollback(pipeline.paths, 1, "ana", "slow", echo=lambda _: None)
     capsys.readouterr()
     assert cli.main(["lineage", "penguin", "--workdir", str(tmp_path)]) == 0
     out = capsys.readouterr().out
@@ -307,7 +314,7 @@ def test_conveyor_models_lists_every_version_without_importing_tensorflow(tmp_pa
     pipeline = Pipeline(_paths(tmp_path))
     for _ in range(3):
         pipeline.push()
-    labels.rollback(pipeline.paths, 2, "ana", "3 is slow", echo=lambda _: None)
+    serving_state.rollback(pipeline.paths, 2, "ana", "3 is slow", echo=lambda _: None)
     pipeline.push(record=False)  # 4: on disk, unknown to ML Metadata
     probe = (
         "import sys, time; start = time.perf_counter(); from pipelines import cli; "
@@ -336,4 +343,4 @@ def test_conveyor_models_lists_every_version_without_importing_tensorflow(tmp_pa
     assert rows["2"][4] == "2025-11-10"  # span 20402, a night
     assert rows["2"][5] == "val_accuracy=0.92"
     assert " ".join(rows["1"][-2:]) == "2026-12-01 10:00:00"
-    assert json.loads((pipeline.paths.serving_dir / "2" / layout.PUSH_RECORD).read_text())
+    assert json.loads((pipeline.paths.serving_dir / "2" / versions.PUSH_RECORD).read_text())

@@ -13,12 +13,13 @@ from kubernetes.utils import parse_quantity
 
 from pipelines.core.paths import RunPaths
 from pipelines.serving import manifests
-from pipelines.serving.config import (
+from pipelines.serving_state.config_files import (
     BATCHING_CONFIG,
     MODELS_CONFIG,
     MONITORING_CONFIG,
     ServedModel,
     ServingConfigError,
+    current_entry,
     read_batching_config,
     read_models_config,
     read_monitoring_config,
@@ -179,7 +180,7 @@ def test_configmap_carries_the_workdirs_current_labels(tmp_path):
         "penguin", str(paths.serving_dir), "labelled", labels={"stable": 1, "canary": 2}
     )
     write_serving_configs(paths.serving_config_dir, [labelled], spec.push)
-    current = manifests.current_model(paths.serving_config_dir, "penguin")
+    current = current_entry(paths.serving_config_dir, "penguin")
     assert current == labelled
 
     files = _render_files(tmp_path, spec, "tf-serving", current)
@@ -460,8 +461,8 @@ def test_a_bad_models_config_in_the_workdir_is_named(tmp_path):
         "model_platform: 'tensorflow' } }"
     )
     with pytest.raises(ServingConfigError, match="relative"):
-        manifests.current_model(tmp_path, "penguin")
-    assert manifests.current_model(tmp_path / "absent", "penguin") is None
+        current_entry(tmp_path, "penguin")
+    assert current_entry(tmp_path / "absent", "penguin") is None
 
 
 def test_the_command_offers_exactly_the_targets_the_renderer_knows():

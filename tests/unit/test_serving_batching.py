@@ -9,9 +9,9 @@ import threading
 import numpy as np
 import pytest
 
-from pipelines.serving.config import ServingConfigError
 from pipelines.serving.model_server.batching import BatchingOptions, BatchScheduler
 from pipelines.serving.model_server.errors import ServingError
+from pipelines.serving_state.config_files import ServingConfigError
 
 
 def test_a_file_leaving_fields_out_gets_tf_servings_scheduler_defaults(tmp_path):

@@ -11,7 +11,7 @@ import pytest
 from google.protobuf import text_format
 from tensorflow_serving.config import model_server_config_pb2
 
-from pipelines.serving.config import (
+from pipelines.serving_state.config_files import (
     BATCHING_CONFIG,
     MODELS_CONFIG,
     MONITORING_CONFIG,
@@ -23,9 +23,9 @@ from pipelines.serving.config import (
     read_models_config,
     read_monitoring_config,
     served_models,
-    write_atomically,
     write_serving_configs,
 )
+from pipelines.serving_state.durable_files import write_atomically
 from pipelines.spec.models import BatchingSpec, PushSpec
 
 
@@ -112,7 +112,7 @@ def test_batching_file_is_removed_when_batching_is_turned_off(tmp_path):
 def test_monitoring_messages_match_tf_serving_field_numbers():
     # The wire format is what makes a hand-declared message TF Serving's: enable = 1 (varint),
     # path = 2 (bytes) inside prometheus_config = 1.
-    from pipelines.serving.config import monitoring_config
+    from pipelines.serving_state.config_files import monitoring_config
 
     wire = monitoring_config("/p").SerializeToString()
     assert wire == b"\x0a\x06\x08\x01\x12\x02/p"
@@ -267,7 +267,7 @@ def test_atomic_write_replaces_whole_files_and_leaves_no_temporary(tmp_path):
 
 def test_importing_the_module_imports_no_tensorflow():
     code = (
-        "import sys, pipelines.serving.config as c; c.monitoring_config(); "
+        "import sys, pipelines.serving_state.config_files as c; c.monitoring_config(); "
         "print(any(m == 'tensorflow' or m.startswith('tensorflow.') for m in sys.modules))"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)

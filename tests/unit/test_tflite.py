@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from components.pusher import layout
 from components.tflite import executor
 from pipelines.core.metadata import ArtifactRecord, NodeArtifacts
 from pipelines.core.outcome import TFLITE_REFUSAL, Outcome, RunResult
 from pipelines.core.paths import RunPaths
 from pipelines.ops.report import render_report
+from pipelines.serving_state import versions
 from pipelines.spec.loading import SpecError, load_spec
 from pipelines.spec.models import DEFAULT_COMPONENTS, TFLITE_DEFAULT_TOLERANCE, TfLiteQuantization
 
@@ -131,13 +131,13 @@ def test_a_version_is_published_with_its_extra_files_in_the_same_rename(tmp_path
     flatbuffer = tmp_path / "model.tflite"
     flatbuffer.write_bytes(b"TFL3")
     base = tmp_path / "serving"
-    version, target = layout.publish(
+    version, target = versions.publish(
         str(model), str(base), {}, extra_files={"model.tflite": str(flatbuffer)}
     )
     assert version == 1
     assert (Path(target) / "model.tflite").read_bytes() == b"TFL3"
     assert (Path(target) / "saved_model.pb").read_bytes() == b"graph"
-    assert layout.leftovers(str(base)) == []
+    assert versions.leftovers(str(base)) == []
 
 
 def test_only_a_model_both_gates_blessed_is_converted():

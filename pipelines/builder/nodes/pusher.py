@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pipelines.builder.context import BuildContext
 
-# The push keys the Pusher needs to keep TF Serving's configs (pipelines/ops/labels.py); only
+# The push keys the Pusher needs to keep TF Serving's configs (pipelines/serving_state); only
 # these, so that changing, say, push.deploy does not make the Pusher a cache miss.
 LABEL_KEYS = (
     "base_dir",

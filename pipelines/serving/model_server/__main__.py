@@ -148,7 +148,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Runs the server; returns 0 when stopped by a signal, 1 for a config it cannot serve."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    from pipelines.serving.config import ServingConfigError
+    from pipelines.serving_state.config_files import ServingConfigError
 
     try:
         options = options_from_args(args, parser)

@@ -66,7 +66,7 @@ class BatchingOptions:
     def from_message(cls, parameters: Any, source: str) -> BatchingOptions:
         """The options of a parsed BatchingParameters; `ServingConfigError` naming `source`
         when TF Serving would refuse them."""
-        from pipelines.serving.config import ServingConfigError
+        from pipelines.serving_state.config_files import ServingConfigError
 
         def value(field: str, default: int) -> int:
             return getattr(parameters, field).value if parameters.HasField(field) else default
@@ -103,7 +103,7 @@ class BatchingOptions:
     def from_file(cls, path: str | os.PathLike) -> BatchingOptions:
         """Reads a `--batching_parameters_file` (BatchingParameters in text proto format)
         with TF Serving's message; `ServingConfigError` names the file when it cannot."""
-        from pipelines.serving.config import read_batching_config
+        from pipelines.serving_state.config_files import read_batching_config
 
         return cls.from_message(read_batching_config(path), str(path))
 

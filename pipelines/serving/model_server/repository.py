@@ -31,10 +31,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from pipelines.serving.config import ServedModel, ServingConfigError
 from pipelines.serving.model_server.errors import CODE_NAMES, invalid_argument, not_found
 from pipelines.serving.model_server.metrics import ServerMetrics
 from pipelines.serving.model_server.servable import LoadError, Servable
+from pipelines.serving_state.config_files import ServedModel, ServingConfigError
 
 if TYPE_CHECKING:
     from pipelines.serving.model_server.batching import BatchScheduler

@@ -20,8 +20,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipelines.serving.config import ServedModel
 from pipelines.serving.model_server.app import DEFAULT_MONITORING_PATH
+from pipelines.serving_state.config_files import ServedModel
 
 log = logging.getLogger("conveyor.serving")
 
@@ -58,7 +58,7 @@ class ServerOptions:
     def sources(self) -> Callable[[], Sequence[ServedModel]]:
         """What the repository polls: the config file's models, or the one model named."""
         if self.model_config_file:
-            from pipelines.serving.config import served_models
+            from pipelines.serving_state.config_files import served_models
 
             path = self.model_config_file
             return lambda: served_models(path)
@@ -344,7 +344,7 @@ def configure_tensorflow_threads(options: ServerOptions) -> None:
 def run_server(options: ServerOptions) -> int:
     """Serves `options` with logging on stderr; a config TF Serving would refuse or a port
     that cannot be opened is one `error:` line and exit code 1, no traceback."""
-    from pipelines.serving.config import ServingConfigError
+    from pipelines.serving_state.config_files import ServingConfigError
 
     # What the project's Makefile exports for every TensorFlow process: quiet C++ logs.
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")

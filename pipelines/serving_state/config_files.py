@@ -1,5 +1,6 @@
 """TF Serving's config files for a pipeline's pushes: models.config, monitoring.config and
-batching.config, built with TF Serving's own protos and written in text proto format.
+batching.config, built with TF Serving's own protos, read back and checked as the server checks
+them, and written in text proto format. The only writer of models.config is `update_entry`.
 
 `tensorflow_model_server` reads these three files through `--model_config_file`,
 `--monitoring_config_file` and `--batching_parameters_file`. models.config is a
@@ -22,8 +23,7 @@ from __future__ import annotations
 
 import functools
 import os
-import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 from google.protobuf import text_format
 from tensorflow_serving.config import model_server_config_pb2
 
-from components.pusher.layout import fsync_dir
+from pipelines.serving_state.durable_files import fsync_dir, write_atomically
 
 if TYPE_CHECKING:  # only for annotations: this module needs no spec model at run time
     from google.protobuf.message import Message
@@ -379,6 +379,51 @@ def serving_config_texts(models: Sequence[ServedModel], push_spec: PushSpec) -> 
     return texts
 
 
+def models_config_path(config_dir: str | os.PathLike) -> Path:
+    """Where the models.config of a config folder is (what a model server is pointed at)."""
+    return Path(config_dir) / MODELS_CONFIG
+
+
+def current_entry(config_dir: str | os.PathLike, model_name: str) -> ServedModel | None:
+    """This model's entry in models.config, or None when there is no file or no entry.
+
+    Raises:
+      ServingConfigError: models.config exists but TF Serving would refuse it.
+    """
+    path = models_config_path(config_dir)
+    if not path.exists():
+        return None
+    return next((m for m in served_models(path) if m.name == model_name), None)
+
+
+def update_entry(
+    config_dir: str | os.PathLike,
+    push: PushSpec,
+    change: Callable[[ServedModel | None], ServedModel | None],
+) -> tuple[ServedModel | None, ServedModel | None]:
+    """Replaces this model's models.config entry with `change(current entry)`, keeping every
+    other model's, in one atomic replace under the config folder's lock (pipelines sharing
+    the folder push independently). Returns (before, after); nothing is written when `change`
+    returns the entry unchanged or None. The room's one writer of models.config."""
+    from filelock import FileLock
+
+    config_dir = Path(config_dir)
+    config_dir.mkdir(parents=True, exist_ok=True)
+    with FileLock(config_dir / f".{MODELS_CONFIG}.lock", mode=0o600):
+        path = config_dir / MODELS_CONFIG
+        models = served_models(path) if path.exists() else []
+        before = next((m for m in models if m.name == push.model_name), None)
+        after = change(before)
+        if after is None or after == before:
+            return before, before
+        if before is None:
+            models.append(after)
+        else:
+            models = [after if m.name == push.model_name else m for m in models]
+        write_serving_configs(config_dir, models, push)
+        return before, after
+
+
 def write_serving_configs(
     config_dir: str | os.PathLike, models: Sequence[ServedModel], push_spec: PushSpec
 ) -> list[Path]:
@@ -398,28 +443,6 @@ def write_serving_configs(
         stale.unlink()
         fsync_dir(config_dir)
     return written
-
-
-def write_atomically(path: str | os.PathLike, text: str) -> Path:
-    """Writes `text` to `path` so a reader (a polling model server) sees the old file or the
-    new one, never a part: a temporary file in the same directory, fsynced, renamed over
-    `path`, then the directory fsynced so the rename survives a crash."""
-    path = Path(path)
-    descriptor, temporary = tempfile.mkstemp(
-        dir=path.parent, prefix=f".{path.name}.", suffix=".tmp"
-    )
-    try:
-        with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(temporary, 0o644)  # mkstemp makes 0600; the server may run as another user
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
-    fsync_dir(path.parent)
-    return path
 
 
 def _parse_text(path: Path, message: Message) -> Message:

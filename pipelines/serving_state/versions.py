@@ -1,5 +1,5 @@
-"""TF Serving's model base path on a file system, with no TFX import: what the Pusher writes,
-and what Conveyor's operations read and tidy (reconcile after a crash, retention).
+"""Versions on disk: TF Serving's model base path, with no TFX import. What a push publishes
+(the Pusher, `conveyor bless`), and what reconcile and retention read and tidy.
 
 A base path holds integer version folders (`<base>/1/`, `<base>/2/`...), each a SavedModel with
 Conveyor's push record beside it. TF Serving loads only integer folders, so Conveyor's
@@ -18,7 +18,8 @@ import os
 import shutil
 import time
 
-from components.failpoints import failpoint
+from pipelines.core.failpoints import failpoint
+from pipelines.serving_state.durable_files import fsync_dir, fsync_tree
 
 PUSH_RECORD = "conveyor_push.json"  # TF Serving ignores files it does not know
 INCOMING_PREFIX = ".incoming-"
@@ -52,6 +53,17 @@ def served_versions(base_dir: str) -> list[int]:
     )
 
 
+def served_as(base_dir: str, digest: str) -> int | None:
+    """The newest version under `base_dir` when its model has `digest` (`model_digest`), else
+    None: a push of an identical model is no push."""
+    versions = served_versions(base_dir)
+    if versions and read_push_record(os.path.join(base_dir, str(versions[-1]))).get(
+        "model_digest"
+    ) == digest:
+        return versions[-1]
+    return None
+
+
 def read_push_record(version_dir: str) -> dict:
     """The push record of a version ({} when it has none or it cannot be read)."""
     try:
@@ -59,28 +71,6 @@ def read_push_record(version_dir: str) -> dict:
             return json.load(handle)
     except (OSError, ValueError):
         return {}
-
-
-def _fsync_tree(root: str) -> None:
-    """Flushes every file and folder under `root` to disk, so that a rename published after
-    this never exposes a version whose bytes a power cut could still lose."""
-    for folder, _, files in os.walk(root):
-        for name in files:
-            fd = os.open(os.path.join(folder, name), os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-        fsync_dir(folder)
-
-
-def fsync_dir(folder: str | os.PathLike) -> None:
-    """Flushes a folder's entries (a rename or a removal in it) to disk."""
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def publish(
@@ -107,7 +97,7 @@ def publish(
             shutil.copyfile(source, os.path.join(staging, name))
         with open(os.path.join(staging, PUSH_RECORD), "w") as handle:
             json.dump({**record, "version": version}, handle, indent=2)
-        _fsync_tree(staging)
+        fsync_tree(staging)
     except OSError as err:  # a full disk, say: leave nothing half-copied behind
         shutil.rmtree(staging, ignore_errors=True)
         raise OSError(

@@ -19,7 +19,7 @@ Versions older than the newest recorded one that ML Metadata does not know (a st
 reset, say) are left where they are, with a warning: deleting a served model is never the
 safe guess. Nothing outside the model's own base path is ever touched, but for this model's
 entry in models.config and its hold file: `reconcile` then puts the version labels back where
-ML Metadata recorded them (`labels.reconcile_labels`), and `retain` never retires a version a
+ML Metadata recorded them (`reconcile_labels`), and `retain` never retires a version a
 label points to.
 """
 
@@ -28,11 +28,13 @@ from __future__ import annotations
 import datetime
 import json
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
-from components.pusher import layout
 from pipelines.core.paths import RunPaths
-from pipelines.ops import labels
+from pipelines.serving_state import versions
+from pipelines.serving_state.config_files import ServedModel, current_entry, update_entry
+from pipelines.serving_state.labels import STABLE, Hold, read_hold, served_model, write_hold
+from pipelines.serving_state.records import now, recorded_pushes, recorded_state
 
 RECONCILE_LOG = "serving_reconcile.jsonl"
 
@@ -74,26 +76,14 @@ class Reconciled:
         return "serving: " + "; ".join(parts)
 
 
-def recorded_pushes(paths: RunPaths) -> tuple[bool, set[int]]:
-    """(whether ML Metadata holds any run of the pipeline, the versions it recorded as pushed)."""
-    from pipelines.core.metadata import custom_property, open_store, successful_pushes
-
-    store = open_store(paths.spec, paths.metadata_path)
-    pushes = successful_pushes(store, paths.spec.name) if store is not None else None
-    if pushes is None:
-        return False, set()
-    versions = {str(custom_property(a, "pushed_version")) for a in pushes}
-    return True, {int(v) for v in versions if v.isdigit()}
-
-
 def reconcile(paths: RunPaths, echo: Callable[[str], None] = print) -> Reconciled:
     """Brings the serving base path back in step with ML Metadata (see the module docstring)."""
     base = str(paths.serving_dir)
     done = Reconciled()
-    for name in layout.leftovers(base):
-        layout.remove_leftover(base, name)
+    for name in versions.leftovers(base):
+        versions.remove_leftover(base, name)
         done.removed_leftovers.append(name)
-    on_disk = layout.served_versions(base)
+    on_disk = versions.served_versions(base)
     if on_disk:
         has_runs, known = recorded_pushes(paths)
         if has_runs:
@@ -102,15 +92,86 @@ def reconcile(paths: RunPaths, echo: Callable[[str], None] = print) -> Reconcile
                 if version in known:
                     continue
                 if version > newest_known:
-                    done.quarantined.append(f"{version} -> {layout.quarantine(base, version)}")
+                    done.quarantined.append(f"{version} -> {versions.quarantine(base, version)}")
                 else:
                     done.unknown_kept.append(version)
     # After the quarantine: a label may have pointed to a version just moved out of sight.
-    done.labels_fixed = labels.reconcile_labels(paths)
+    done.labels_fixed = reconcile_labels(paths)
     if done.changed or done.unknown_kept:
         echo(done.describe())
         _log(paths, "reconcile", asdict(done))
     return done
+
+
+def reconcile_labels(paths: RunPaths) -> list[str]:
+    """Rewrites models.config and the hold file from ML Metadata's record; returns what it
+    changed, one phrase each (empty: the files already agreed).
+
+    A label goes where the record last put it, if that version is on disk; a label the record
+    never moved keeps its place in models.config if that version is on disk and recorded;
+    anything else (a label on a quarantined or deleted version) moves to the newest recorded
+    version on disk. Nothing is written with no version on disk, nor when models.config has no
+    entry for the model yet (its next push writes one)."""
+    push = paths.spec.push
+    base = str(paths.serving_dir)
+    on_disk = versions.served_versions(base)
+    if not on_disk:
+        return []
+    has_runs, known, record = recorded_state(paths)
+    config_dir = paths.serving_config_dir
+    changes: list[str] = []
+    recorded_on_disk = [v for v in on_disk if v in known] if has_runs else on_disk
+    fallback = (recorded_on_disk or on_disk)[-1]
+
+    def change(current: ServedModel | None) -> ServedModel | None:
+        if current is None:
+            return None  # never written yet (no push since labels exist): the next push writes it
+        placed = dict(current.labels)
+        labels = {}
+        for label in push.labels:
+            version = record.labels.get(label)
+            if version is None:
+                version = placed.get(label)
+                if version is not None and has_runs and version not in known:
+                    version = None
+            if version is None or version not in on_disk:
+                version = fallback
+            labels[label] = version
+            if placed.get(label) != version:
+                changes.append(f"label {label} {placed.get(label, '-')} -> {version}")
+        wanted = served_model(push, str(paths.serving_dir), labels)
+        if wanted.policy == "labelled" and current.policy == "labelled":
+            # A version a two-step move loaded but did not label (its servers were too slow)
+            # stays loaded while it is on disk and recorded: it is what serving has.
+            unlabelled = {
+                v for v in current.versions if v in on_disk and (not has_runs or v in known)
+            }
+            wanted = replace(wanted, versions=tuple(unlabelled))
+        if current != wanted and not changes:
+            changes.append(f"models.config entry of {push.model_name} rewritten")
+        return wanted
+
+    update_entry(config_dir, push, change)
+    if has_runs and record.has_events:
+        held = record.held and push.after_rollback.value == "canary"
+        hold = read_hold(config_dir, push.model_name)
+        if held and hold is None:
+            target = record.labels.get(STABLE, fallback)
+            write_hold(config_dir, push.model_name, Hold(rolled_back_to=target, since=now()))
+            changes.append(f"hold on stable restored (version {target})")
+        elif not held and hold is not None:
+            write_hold(config_dir, push.model_name, None)
+            changes.append("hold on stable cleared (ML Metadata records none)")
+    return changes
+
+
+def labelled_versions(paths: RunPaths) -> set[int]:
+    """The versions a label in models.config points to: retention never retires them."""
+    try:
+        entry = current_entry(paths.serving_config_dir, paths.spec.push.model_name)
+    except ValueError:  # an unreadable models.config: protect what the record labels instead
+        return set(recorded_state(paths)[2].labels.values())
+    return set(entry.labels.values()) if entry else set()
 
 
 def retain(paths: RunPaths, echo: Callable[[str], None] = print) -> list[int]:
@@ -125,9 +186,9 @@ def retain(paths: RunPaths, echo: Callable[[str], None] = print) -> list[int]:
         return []
     base = str(paths.serving_dir)
     _, known = recorded_pushes(paths)
-    unknown = set(layout.served_versions(base)) - known
-    protected = unknown | labels.labelled_versions(paths)
-    retired = layout.retire_old_versions(base, keep, protected=protected)
+    unknown = set(versions.served_versions(base)) - known
+    protected = unknown | labelled_versions(paths)
+    retired = versions.retire_old_versions(base, keep, protected=protected)
     if retired:
         echo(f"serving: retired versions {retired} (push.keep_versions: {keep})")
         _log(paths, "retain", {"retired": retired, "keep_versions": keep})
