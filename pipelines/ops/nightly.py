@@ -12,9 +12,8 @@ version or interleave fingerprints and checkpoints. What a second run does meanw
 `runtime.concurrency`'s: wait, or refuse with exit 75.
 
 Around each run, under that lock: `serving_state.reconcile` first puts serving back in step with
-ML Metadata (a run killed mid-push), and after the run the run-finish contract
-(`pipelines.finish.contract.finish_run`) retires old versions, writes the summary and report,
-alerts and records the outcome. `conveyor run` runs the pipeline and its `finish` in a
+ML Metadata (a run killed mid-push), and after the run `finish` retires old versions, writes the
+report, alerts and records the outcome. `conveyor run` runs the pipeline and its `finish` in a
 child process it supervises (`pipelines.ops.supervisor`): a run killed by a signal still ends
 FAILED, with its summary and alert.
 """
