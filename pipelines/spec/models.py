@@ -1,6 +1,6 @@
 """The declarative pipeline definition: typed, strict, frozen models of a pipeline spec.
 
-A spec is read from `specs/<name>.yaml`, layered with an environment profile from
+A spec is read from `specs/<name>.yaml`, layered with a profile from
 `configs/<env>.yaml` and `--set key.path=value` overrides (see `pipelines.spec.loading`), and then
 validated here. Every model forbids unknown keys and is frozen, so a validated spec cannot drift
 between the builder, the runner and the report written next to the run's outputs.
