@@ -9,9 +9,7 @@ import argparse
 import os
 from pathlib import Path
 
-# The environment variable through which `--project` reaches project discovery, the supervised
-# child process of a run and any subprocess.
-PROJECT_VARIABLE = "CONVEYOR_PROJECT"
+from pipelines.core.project import PROJECT_ENV
 
 
 def add_project_option(p: argparse.ArgumentParser) -> None:
@@ -22,7 +20,7 @@ def add_project_option(p: argparse.ArgumentParser) -> None:
         metavar="DIR",
         default=argparse.SUPPRESS,
         help="the project directory, holding specs/, configs/ and schemas/ (sets "
-        f"${PROJECT_VARIABLE} for the command and the processes it starts)",
+        f"${PROJECT_ENV} for the command and the processes it starts)",
     )
 
 
@@ -67,10 +65,11 @@ def add_log_format(p: argparse.ArgumentParser) -> None:
 
 def apply_project(args: argparse.Namespace) -> None:
     """Sets $CONVEYOR_PROJECT to the absolute `--project` directory, when one was given, so
-    that everything the command starts finds the same project."""
+    that project discovery (`pipelines.core.project`), the supervised child process of a run
+    and every subprocess find the same project."""
     project = getattr(args, "project", None)
     if project:
-        os.environ[PROJECT_VARIABLE] = str(Path(project).resolve())
+        os.environ[PROJECT_ENV] = str(Path(project).resolve())
 
 
 def workdir_of(args: argparse.Namespace) -> Path:
