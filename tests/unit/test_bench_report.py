@@ -120,3 +120,45 @@ def test_the_committed_tables_are_what_the_results_render(document):
     assert text == report.render_document(text, report.load_results()), (
         f"the benchmark tables of {document.name} are stale: run `make bench-report`"
     )
+
+
+def _spread(median):
+    return {"median": median, "min": median, "max": median}
+
+
+def test_a_nightly_results_file_renders_each_tool_with_its_ratio_to_raw_tfx():
+    def tool(wall, steps):
+        return {
+            "wall_seconds": _spread(wall),
+            "pipeline_seconds": _spread(wall - 10),
+            "peak_rss_mib": _spread(1000.0),
+            "steps": {step: _spread(seconds) for step, seconds in steps.items()},
+            "evaluator_share": steps["evaluator"] / wall,
+            "outcomes": ["PUSHED"],
+            "paused_seconds": [0.0],
+        }
+
+    nightly = {
+        **PENGUIN,
+        "benchmark": "nightly",
+        "figures": {
+            "sizes": {
+                "1000000": {
+                    "tools": {
+                        "raw TFX": tool(800.0, {"evaluator": 400.0}),
+                        "Conveyor": tool(64.0, {"evaluator": 16.0, "infra validator": 2.0}),
+                    },
+                    "wall_ratio_to_raw": {"Conveyor": 0.08},
+                }
+            },
+            "growth": None,
+            "aims": [{"what": "the Evaluator at most 30%", "value": 0.25, "met": True}],
+        },
+    }
+    block = report.render_block("nightly", {"nightly": nightly})
+    assert "| night two, 1,000,000 rows | raw TFX | Conveyor |" in block
+    assert "| infra validator | - | 2.0 |" in block
+    assert "| **whole process, wall** | **800.0** | **64.0** (0.08x raw TFX's) |" in block
+    assert "| evaluator's share of the wall time | 50% | 25% |" in block
+    assert "- the Evaluator at most 30%: 0.25, **met**" in block
+    assert "1,000,000 rows: 64.0 s against raw TFX's 800.0 s (0.08x)" in report.headline(nightly)
