@@ -17,7 +17,8 @@ and machine it was measured on; a benchmark without a results file shows one lin
 which command writes it. Nothing between the markers is written by hand:
 tests/unit/test_bench_report.py fails when the committed READMEs differ from what this writes.
 
-Standard library only, and no import of the benchmark scripts, so the tests can import it.
+Standard library only, and no import of the benchmark scripts, so a test can load it from its
+file (tests/unit/test_bench_report.py).
 """
 
 from __future__ import annotations
