@@ -8,7 +8,6 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipelines.core import metadata
 from pipelines.core.paths import RunPaths
 from pipelines.serving_state import versions
 from pipelines.serving_state.config_files import (
@@ -73,6 +72,8 @@ def version_rows(paths: RunPaths, entry: ServedModel | None) -> list[VersionRow]
     with its labels, its push in ML Metadata (run, spans, the trained model's final
     validation metrics) and its push record; `entry` is the model's models.config entry (None
     when there is none or it cannot be read). Reads ML Metadata and files only (no TFX)."""
+    from pipelines.core import metadata
+
     base = str(paths.serving_dir)
     by_version: dict[int, list[str]] = {}
     for label, version in sorted((entry.labels if entry else {}).items()):

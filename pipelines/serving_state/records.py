@@ -7,7 +7,9 @@
 
 Reading them back in order (`recorded_events`) and folding them (`labels.fold`) gives where
 each label points and whether `stable` is held: the record `reconcile` puts the files back to.
-Everything here goes through `pipelines.core.metadata`; nothing imports TFX.
+Everything here goes through `pipelines.core.metadata`, imported by each function that reads or
+writes the store: the model server reads models.config through this package and never loads
+ML Metadata's client. Nothing here imports TFX.
 """
 
 from __future__ import annotations
@@ -16,7 +18,6 @@ import datetime
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from pipelines.core import metadata
 from pipelines.core.paths import RunPaths
 from pipelines.serving_state.labels import RecordedLabels, fold
 
@@ -61,6 +62,8 @@ class LabelEvent:
 
 def recorded_pushes(paths: RunPaths, store=None) -> tuple[bool, set[int]]:
     """(whether ML Metadata holds any run of the pipeline, the versions it recorded as pushed)."""
+    from pipelines.core import metadata
+
     if store is None:
         store = metadata.open_store(paths.spec, paths.metadata_path)
     pushes = metadata.successful_pushes(store, paths.spec.name) if store is not None else None
@@ -90,6 +93,8 @@ def recorded_events(store, pipeline_name: str) -> list[LabelEvent]:
     A push's artifact id orders it; a LabelMove records the newest push id it followed
     (`after_push_id`), so it sorts after that push and before the next, whatever the clocks
     say. Pushes recorded before labels existed (no `conveyor_labels`) are not moves."""
+    from pipelines.core import metadata
+
     keyed = []
     for push in metadata.successful_pushes(store, pipeline_name) or []:
         version = str(metadata.custom_property(push, "pushed_version") or "")
@@ -123,6 +128,8 @@ def recorded_events(store, pipeline_name: str) -> list[LabelEvent]:
 def recorded_state(paths: RunPaths, store=None) -> tuple[bool, set[int], RecordedLabels]:
     """(whether ML Metadata holds any run of the pipeline, the versions it recorded as
     pushed, the labels its record gives)."""
+    from pipelines.core import metadata
+
     if store is None:
         store = metadata.open_store(paths.spec, paths.metadata_path)
     has_runs, known = recorded_pushes(paths, store)
@@ -153,6 +160,8 @@ def record_moves(
     """Records one `conveyor.LabelMove` execution per label moved, in the pipeline's context,
     each with the PushedModel of its version as its input."""
     from ml_metadata.proto import metadata_store_pb2
+
+    from pipelines.core import metadata
 
     store = metadata.open_store(paths.spec, paths.metadata_path)
     pushes = metadata.successful_pushes(store, paths.spec.name) or []
@@ -198,6 +207,8 @@ def now() -> str:
 def pushes_by_version(store, pipeline_name: str) -> dict[int, tuple]:
     """Version -> (run id, spans, final validation metrics) of its newest recorded push."""
     from ml_metadata.proto import metadata_store_pb2
+
+    from pipelines.core import metadata
 
     found: dict[int, tuple] = {}
     pushes = metadata.successful_pushes(store, pipeline_name) or []
