@@ -14,8 +14,8 @@ these are Beam stages: Create + Reshuffle of the units, a Map that types them, g
 survey that the encoding Map takes as a side input, and the units' reports brought back to the
 driver. On the DirectRunner in memory, where Beam would run the units one after another in this
 process anyway, the same functions run without it, as they do for an input of one unit: Beam's
-own cost was 0.5 to 1.2 s a run in memory, a fifth or more of this reader's 2.4 to 3.3 s on
-150,000 rows (bench/README.md, 2026-12-01). Either way each split holds the same examples.
+own cost is up to a second a run in memory, a large share of this reader's time on 150,000
+rows. Either way each split holds the same examples.
 The input is listed, checked and read through Beam's FileSystems (files.py), in process and in
 every worker, and the output written through TensorFlow's: input and pipeline root may be on
 `gs://` or any other filesystem those know.

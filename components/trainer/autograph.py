@@ -5,9 +5,8 @@ AutoGraph converts every Python function a `tf.function` calls, unless a rule in
 has `DoNotConvert('keras')`: Keras 2 is written for graph mode (tf.cond and tf.while_loop where
 it needs them) and never needed converting. TFX 1.16 needs Keras 2 as the `tf_keras` package,
 which the rule's `keras` prefix does not match, so the first `evaluate` or `fit` of a model
-rewrites tf-keras' training step, losses, metrics and layer calls through Python's `ast`: 60% of
-the Trainer's time in a cold penguin run, for a model of three Dense layers (2026-12-01; see
-bench/README.md, "Where a cold run's time goes"). The rule added here is the one Keras had; a
+rewrites tf-keras' training step, losses, metrics and layer calls through Python's `ast`: most
+of the Trainer's time in a cold penguin run, for a model of three Dense layers. The rule added here is the one Keras had; a
 team's own layers and `build_model` code live in their own modules and are converted as before
 (tf-keras' Layer calls `autograph.tf_convert` on each layer's `call`).
 """

@@ -73,12 +73,12 @@ def test_benchmarks_run_the_reference_copy_in_the_repository_by_default(script, 
     spec = importlib.util.spec_from_file_location(f"_{script}_under_test", BENCH / f"{script}.py")
     module = importlib.util.module_from_spec(spec)
     monkeypatch.setitem(sys.modules, spec.name, module)  # dataclasses look their module up
-    had_measure = "measure" in sys.modules
+    siblings = [name for name in ("measure", "results_file") if name not in sys.modules]
     try:
         spec.loader.exec_module(module)
     finally:
-        if not had_measure:
-            sys.modules.pop("measure", None)  # bench's sibling module, not one for other tests
+        for name in siblings:  # bench's sibling modules, not ones for other tests
+            sys.modules.pop(name, None)
     default = module.parse_args([]).raw_script
     assert default.is_file()
     assert default.parent == REFERENCES
