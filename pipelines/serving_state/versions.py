@@ -57,11 +57,10 @@ def served_as(base_dir: str, digest: str) -> int | None:
     """The newest version under `base_dir` when its model has `digest` (`model_digest`), else
     None: a push of an identical model is no push."""
     versions = served_versions(base_dir)
-    if versions and read_push_record(os.path.join(base_dir, str(versions[-1]))).get(
-        "model_digest"
-    ) == digest:
-        return versions[-1]
-    return None
+    if not versions:
+        return None
+    newest = read_push_record(os.path.join(base_dir, str(versions[-1])))
+    return versions[-1] if newest.get("model_digest") == digest else None
 
 
 def read_push_record(version_dir: str) -> dict:
