@@ -1,6 +1,6 @@
 """`conveyor bless`, `lineage`, `models`, `promote` and `rollback`: the versions a pipeline
 pushed, where they came from, and which of them are served under which label (the rules are in
-pipelines/ops/labels.py).
+pipelines/serving_state/).
 
 Each handler imports what it needs when it runs: `conveyor --help`, `models` and `lineage` never
 import TensorFlow or TFX.
