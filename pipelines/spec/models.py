@@ -1389,7 +1389,7 @@ class PipelineSpec(StrictModel):
     )
     runtime: RuntimeSpec = Field(
         default=RuntimeSpec(),
-        description="Where and how runs execute; environment profiles usually set this.",
+        description="Where and how runs execute; profiles usually set this.",
     )
     schedule: ScheduleSpec = Field(
         default=ScheduleSpec(), description="When the nightly run starts."

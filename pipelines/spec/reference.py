@@ -289,7 +289,7 @@ Generated from `pipelines/spec/models.py` and `pipelines/spec/components.py` by 
 modules, not this file. `tests/unit/test_spec_reference.py` fails while either file is stale.
 
 A pipeline is one spec file, `specs/<name>.yaml`. `conveyor validate <name>` loads it
-under each environment profile: defaults < the spec < `configs/<env>.yaml` < `--set
+under each profile: defaults < the spec < `configs/<env>.yaml` < `--set
 key.path=value`, merged key by key. Every key below is checked: an unknown key, a wrong type, a
 value out of range or a broken rule across keys is an error that names the file and the key.
 
