@@ -24,7 +24,12 @@ then ML Metadata; a crash in between leaves files that disagree with the record,
 `reconcile` (before every run, bless, promote and rollback) puts the files back in step.
 
 Nothing outside this package writes models.config or reads the hold file
-(tests/unit/test_serving_state.py checks the source). Callers use the operations here:
+(tests/unit/test_serving_state.py checks the source). Callers use the operations below:
+`push_version` (the Pusher, `conveyor bless`), `promote`, `rollback`, `reconcile` (before every
+run, bless, promote and rollback), `retain` (after a run whose push ML Metadata recorded),
+`models_table` (`conveyor models`), `moves_by_version` (`conveyor lineage`) and `current_entry`
+(`conveyor deploy render`); the model server reads models.config through
+`config_files.served_models`.
 """
 
 from pipelines.serving_state.config_files import ServingConfigError, current_entry
