@@ -11,9 +11,9 @@ Two dashboards, written as JSON into `monitoring/dashboards/` for Grafana's file
   for Conveyor's model server (`conveyor_serving_*`), then for TF Serving itself (the
   `tensorflow/serving` image, `:tensorflow:serving:*`: its own names, labels and units).
 
-Every query reads metrics Conveyor exports (pipelines/ops/metrics.py for runs,
+Every query reads metrics Conveyor exports (pipelines/finish/metrics.py for runs,
 pipelines/serving/model_server/metrics.py for serving) or TF Serving exports (the list citing TF
-Serving's sources in pipelines/ops/metrics.py); tests/unit/test_monitoring_dashboards.py
+Serving's sources in pipelines/finish/metrics.py); tests/unit/test_monitoring_dashboards.py
 checks that, and that the committed JSON is what this module generates.
 
     .venv/bin/python monitoring/dashboards.py            # rewrite monitoring/dashboards/
@@ -367,7 +367,7 @@ def serving_dashboard() -> core.Dashboard:
 
 
 def _tf_serving_panels() -> list:
-    """TF Serving's own metrics (pipelines/ops/metrics.py's TF_SERVING_METRICS): its request
+    """TF Serving's own metrics (pipelines/finish/metrics.py's TF_SERVING_METRICS): its request
     counter by status code, the server-error ratio, its latency histogram (microseconds, shown
     in seconds), and its SavedModel loads and warm-ups (labelled by the version's path)."""
     m = 'model_name=~"$model_name"'

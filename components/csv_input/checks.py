@@ -40,6 +40,8 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import IO
 
+from pipelines.core.outcome import Reason
+
 # The longest field, in characters: Python's csv module's default `field_size_limit`. TFX's
 # reader parses every record with that module at its default, so a longer field fails there;
 # refusing it here, by file, line and column, gives both readers the same verdict.
@@ -52,6 +54,8 @@ Opener = Callable[[str], IO[bytes]]
 
 class CsvInputError(ValueError):
     """The CSV input cannot be read as the spec says; the message names file and line."""
+
+    reason = Reason.INPUT_INVALID  # what the run that raised it records (pipelines.finish)
 
 
 def _open_local(path: str) -> IO[bytes]:

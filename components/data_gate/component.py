@@ -24,9 +24,11 @@ from tfx.dsl.component.experimental.annotations import InputArtifact, OutputArti
 from tfx.dsl.component.experimental.decorators import component
 from tfx.types import artifact, artifact_utils, standard_artifacts
 
+from pipelines.core.artifact_files import GATE_FINDINGS_FILE
+from pipelines.core.outcome import Reason
+
 ANOMALIES_FILE = "SchemaDiff.pb"  # as tfx.components.example_validator.executor writes it
 STATS_FILE = "FeatureStats.pb"  # as tfx.components.statistics_gen.executor writes it
-FINDINGS_FILE = "findings.json"
 SKEW_REFERENCE = "serving data"
 GATED_SPLIT = "train"  # drift and skew are measured on what the trainer would learn from
 _MEASURES = {
@@ -46,7 +48,9 @@ class DataGateError(RuntimeError):
     """The data is not fit to train on; the message names each column and what is wrong.
 
     `findings` holds the same as the gate's output artifact would have (the run report reads it,
-    since a failed execution publishes no artifact)."""
+    since a failed execution publishes no artifact); `reason` is the code the run records."""
+
+    reason = Reason.DATA_GATE_BLOCKED
 
     def __init__(self, message: str, findings: dict[str, Any] | None = None):
         super().__init__(message)
@@ -269,7 +273,9 @@ def DataGate(  # noqa: N802 - TFX names components like classes
         result["notes"].append(f"skew not checked: no serving data in {serving_dir}")
     problems = problems_of(result)
     result["passed"] = not problems
-    with open(os.path.join(findings.uri, FINDINGS_FILE), "w") as handle:
+    if problems:  # the run's reason code, recorded with what the gate found
+        result["reason"] = DataGateError.reason.value
+    with open(os.path.join(findings.uri, GATE_FINDINGS_FILE), "w") as handle:
         json.dump(result, handle, indent=2)
     if problems:
         raise DataGateError(

@@ -3,35 +3,47 @@
 TFX's InfraValidator (tfx/components/infra_validator/executor.py) marks its `InfraBlessing`
 with an empty `INFRA_BLESSED` or `INFRA_NOT_BLESSED` file and the integer custom property
 `blessed` (1 or 0); TFX's Pusher (`CheckBlessing`) reads only the property. Conveyor's infra
-validator writes the same, plus why (`conveyor_reason`), which the Pusher repeats as its own
-reason when it holds a model back. Light on purpose: the Pusher imports it.
+validator writes the same, plus why: the reason code (`conveyor_reason_code`, a
+`pipelines.core.outcome.Reason` value) where it refuses a model, and the words
+(`conveyor_reason`), which the Pusher repeats when it holds a model back. Light on purpose: the
+Pusher imports it.
 """
 
 from __future__ import annotations
 
 import os
 
+from pipelines.core.outcome import REASON_CODE_PROPERTY, REASON_PROPERTY, Reason
+
 BLESSED_KEY = "blessed"
 BLESSED_FILE = "INFRA_BLESSED"
 NOT_BLESSED_FILE = "INFRA_NOT_BLESSED"
-REASON_PROPERTY = "conveyor_reason"
 INFRA_BLESSING_KEY = "infra_blessing"  # TFX's Pusher inputs (standard_component_specs)
 MODEL_BLESSING_KEY = "model_blessing"
 NOT_EVALUATED = "not evaluated as blessed"
 
 
-def mark(blessing, blessed: bool, reason: str) -> None:
-    """Marks the `InfraBlessing` artifact exactly as TFX's InfraValidator does, plus `reason`."""
+def mark(blessing, blessed: bool, reason: str, code: Reason | None = None) -> None:
+    """Marks the `InfraBlessing` artifact exactly as TFX's InfraValidator does, plus `reason`
+    and, for a model it did not bless, the reason code (default: the validator refused it)."""
     from tfx.utils import io_utils
 
     name = BLESSED_FILE if blessed else NOT_BLESSED_FILE
     io_utils.write_string_file(os.path.join(blessing.uri, name), "")
     blessing.set_int_custom_property(BLESSED_KEY, 1 if blessed else 0)
     blessing.set_string_custom_property(REASON_PROPERTY, reason)
+    if not blessed:
+        blessing.set_string_custom_property(REASON_CODE_PROPERTY, str(code or Reason.INFRA_REFUSED))
 
 
-def infra_refusal(input_dict) -> str | None:
-    """The Pusher's reason for holding back a model the infra validator did not bless.
+def mark_not_evaluated(blessing) -> None:
+    """Marks a model the Evaluator did not bless as not blessed here either, unvalidated: the
+    Evaluator's verdict is the run's reason (`Reason.MODEL_NOT_BLESSED`), not a refusal."""
+    mark(blessing, False, NOT_EVALUATED, Reason.MODEL_NOT_BLESSED)
+
+
+def infra_refusal(input_dict) -> tuple[Reason, str] | None:
+    """The Pusher's reason code and words for holding back a model the infra validator refused.
 
     None when there is no infra blessing, when it blesses, or when the Evaluator did not bless
     the model either: the Evaluator's reason is the one to give then, as TFX's Pusher checks the
@@ -46,13 +58,12 @@ def infra_refusal(input_dict) -> str | None:
     blessing = blessings[0]
     if blessing.get_int_custom_property(BLESSED_KEY) == 1:
         return None
-    reason = (
-        blessing.get_string_custom_property(REASON_PROPERTY)
-        if blessing.has_custom_property(REASON_PROPERTY)
-        else ""
-    )
-    if reason == NOT_EVALUATED:
-        return None
-    from pipelines.core.outcome import INFRA_REFUSAL
 
-    return f"{INFRA_REFUSAL}: {reason or 'no reason recorded'}"
+    def recorded(key: str) -> str:
+        return blessing.get_string_custom_property(key) if blessing.has_custom_property(key) else ""
+
+    code = Reason(recorded(REASON_CODE_PROPERTY) or Reason.INFRA_REFUSED)
+    if code is not Reason.INFRA_REFUSED:
+        return None
+    why = recorded(REASON_PROPERTY) or "no reason recorded"
+    return code, f"the infra validator did not bless the model: {why}"

@@ -121,7 +121,7 @@ class Executor(base_executor.BaseExecutor):
         output = artifact_utils.get_single_instance(output_dict["blessing"])
         model_blessings = input_dict.get("model_blessing") or []
         if any(b.get_int_custom_property(infra_blessing.BLESSED_KEY) != 1 for b in model_blessings):
-            infra_blessing.mark(output, False, infra_blessing.NOT_EVALUATED)
+            infra_blessing.mark_not_evaluated(output)
             return
         model = artifact_utils.get_single_instance(input_dict["model"])
         model_path = path_utils.serving_model_path(

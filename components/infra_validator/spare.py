@@ -4,13 +4,13 @@ The infra validator serves the candidate in a fresh `python -m pipelines.serving
 process. Most of that process's start is importing TensorFlow and the server (about 5 of the
 8.6 s to its ready file on the 2-core machine under load, 2026-12-01), none of which depends on
 the model. A local run therefore starts a spare process when the node that makes the candidate (the
-trainer) executes (pipelines/run/local.py), beside the training: it imports the server's modules,
-then waits on its stdin. The infra validator takes it (`take`) and sends it the server's
-command line and the file for its output; the spare then runs the server exactly as
-`python -m pipelines.serving.model_server` would, in a process that has loaded no model yet, so the
-candidate is still loaded fresh, by a separate process, from its SavedModel. Without a spare
-(another runner, a component run alone, a spare that died), the executor starts the server
-as before.
+trainer) executes (`WARM_UP`, which the local runner calls), beside the training: it imports the
+server's modules, then waits on its stdin. The infra validator takes it (`take`) and sends it
+the server's command line and the file for its output; the spare then runs the server exactly as
+`python -m pipelines.serving.model_server` would, in a process that has loaded no model yet, so
+the candidate is still loaded fresh, by a separate process, from its SavedModel. Without a spare
+(another runner, a component run alone, a spare that died), the executor starts the server as
+before.
 
 A spare dies with the process that started it (PR_SET_PDEATHSIG, as the server does), ends by
 itself when its stdin closes without a command, and is ended by `discard` when the run no longer
@@ -30,6 +30,7 @@ from pathlib import Path
 from absl import logging
 
 from pipelines.core.paths import FRAMEWORK_ROOT
+from pipelines.spec.components import WarmUp
 
 RUNTIME_MODULE = "pipelines.serving.model_server"
 
@@ -141,3 +142,17 @@ def _end(process: subprocess.Popen) -> None:
         except OSError:
             pass
     process.wait()
+
+
+def _start_or_warn() -> None:
+    try:
+        start()  # at most one waits at a time: a second start is a no-op
+    except OSError as err:  # the executor then starts its server itself, as without one
+        logging.warning("no spare model server: %s", err)
+
+
+# What the local runner begins early for an infra validator (pipelines/spec/components.py): a
+# spare started when the node making the candidate (the producer of the validator's `model`
+# input, the trainer) executes, so that its imports run beside training; a run that stops
+# before training (a data gate that blocks, cache hits throughout) starts none.
+WARM_UP = WarmUp(after_input="model", start=_start_or_warn, discard=discard)

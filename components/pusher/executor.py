@@ -22,7 +22,8 @@ Differences from TFX's filesystem Pusher, each a problem users hit in production
   Serving started with `--prefer_tflite_model` serves it instead of `saved_model.pb`); a failed
   one is left out (`conveyor_tflite` says why), or holds the push back under
   `push.tflite.required`.
-Every outcome is recorded on the ModelPushPath artifact (`pushed`, `pushed_version`,
+Every outcome is recorded on the ModelPushPath artifact (`pushed`, `pushed_version`, the reason
+code `conveyor_reason_code` (a `pipelines.core.outcome.Reason` value) and its words
 `conveyor_reason`, `conveyor_model_id`) so `conveyor runs` and the next run's baseline resolver
 can read it from ML Metadata.
 """
@@ -40,8 +41,8 @@ from components.baseline.strategy import PUSHED_MODEL_ID_PROPERTY
 from components.infra_validator.blessing import infra_refusal
 from components.tflite.artifact import TFLITE_FILE, tflite_verdict
 from pipelines import serving_state
+from pipelines.core.outcome import REASON_CODE_PROPERTY, REASON_PROPERTY, Reason
 
-REASON_PROPERTY = "conveyor_reason"
 # With a TF Lite converter before the Pusher: whether model.tflite went in, and why (not).
 TFLITE_PROPERTY = "conveyor_tflite"
 BASELINE_MODEL_ID = "baseline_model_id"  # what TFX's Evaluator records on its blessing
@@ -68,14 +69,18 @@ class Executor(tfx_pusher_executor.Executor):
         model_push.set_int_custom_property(PUSHED_MODEL_ID_PROPERTY, model.id)
         config = json_utils.loads(exec_properties.get("custom_config") or "null") or {}
 
-        def not_pushed(reason: str) -> None:
-            logging.info("Not pushed: %s", reason)
+        def not_pushed(code: Reason, reason: str) -> None:
+            logging.info("Not pushed (%s): %s", code.value, reason)
             self._MarkNotPushed(model_push)
+            model_push.set_string_custom_property(REASON_CODE_PROPERTY, code.value)
             model_push.set_string_custom_property(REASON_PROPERTY, reason)
 
         if not self.CheckBlessing(input_dict):
+            refused = infra_refusal(input_dict)
+            if refused is not None:
+                return not_pushed(*refused)
             return not_pushed(
-                infra_refusal(input_dict) or "the model did not pass the evaluation thresholds"
+                Reason.MODEL_NOT_BLESSED, "the model did not pass the evaluation thresholds"
             )
         blessing = artifact_utils.get_single_instance(
             input_dict[standard_component_specs.MODEL_BLESSING_KEY]
@@ -83,9 +88,10 @@ class Executor(tfx_pusher_executor.Executor):
         first_run = not blessing.has_custom_property(BASELINE_MODEL_ID)
         if first_run and config.get("first_run_policy") == "require_manual_bless":
             return not_pushed(
+                Reason.AWAITING_MANUAL_BLESS,
                 "no model is served yet and evaluation.first_run is require_manual_bless: "
                 "review the run's report, then push this candidate with "
-                "`conveyor bless PIPELINE --run RUN_ID --reason TEXT`"
+                "`conveyor bless PIPELINE --run RUN_ID --reason TEXT`",
             )
         tflite = tflite_verdict(input_dict)  # None: no converter; else (path or None, reason)
         tflite_note = None
@@ -95,15 +101,18 @@ class Executor(tfx_pusher_executor.Executor):
             model_push.set_string_custom_property(TFLITE_PROPERTY, tflite_note)
             logging.info("TF Lite: the version goes %s", tflite_note)
             if tflite_path is None and config.get("tflite_required"):
-                from pipelines.core.outcome import TFLITE_REFUSAL
-
-                return not_pushed(f"{TFLITE_REFUSAL} (push.tflite.required): {why}")
+                return not_pushed(
+                    Reason.TFLITE_REFUSED,
+                    f"the TF Lite model did not pass (push.tflite.required): {why}",
+                )
         model_dir = self.GetModelPath(input_dict)
         base_dir = config["serving_base_dir"]
         digest = serving_state.model_digest(model_dir)
         identical = serving_state.served_as(base_dir, digest)
         if identical is not None:
-            return not_pushed(f"identical to the served version {identical}")
+            return not_pushed(
+                Reason.IDENTICAL_TO_SERVED, f"identical to the served version {identical}"
+            )
         # With `push` (the pipeline's Pusher node always passes it, builder/nodes/pusher), the
         # labels move after the rename; with push.serving_urls this waits until the model
         # servers have loaded the version (two models.config writes), and the labels that did
@@ -132,5 +141,6 @@ class Executor(tfx_pusher_executor.Executor):
         model_push.set_string_custom_property(
             serving_state.LABELS_PROPERTY, ",".join(pushed.labels)
         )
+        model_push.set_string_custom_property(REASON_CODE_PROPERTY, Reason.PUSHED.value)
         model_push.set_string_custom_property(REASON_PROPERTY, reason)
         logging.info("Model pushed to %s.", target)

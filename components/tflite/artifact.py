@@ -11,12 +11,13 @@ from __future__ import annotations
 
 from tfx.types import artifact
 
+from pipelines.core.outcome import REASON_PROPERTY
+
 TFLITE_FILE = "model.tflite"  # TF Serving's kTfLiteModelFilename (saved_model_bundle_factory.cc)
 PARITY_FILE = "tflite_parity.json"
 TFLITE_MODEL_KEY = "tflite_model"  # the converter's output and the Pusher's input
 
 PASSED_PROPERTY = "passed"  # 1: converted and within tolerance; 0: not (the reason says why)
-REASON_PROPERTY = "conveyor_reason"
 # The figures, as custom properties of the artifact (name -> what it holds).
 PROPERTIES = {
     "quantization": "none, dynamic or float16 (push.tflite.quantization)",

@@ -30,7 +30,7 @@ from tfx.types import artifact_utils, standard_artifacts, standard_component_spe
 from tfx.types.component_spec import ChannelParameter, ExecutionParameter
 from tfx.utils import json_utils
 
-from components.trainer.features import SUMMARY_FILE
+from pipelines.core.artifact_files import TRAINING_SUMMARY_FILE
 
 STATISTICS_KEY = "statistics"
 STATISTICS_PATH_KEY = "statistics_path"
@@ -91,7 +91,7 @@ def record_summary(output_dict) -> None:
     model_run = artifact_utils.get_single_instance(
         output_dict[standard_component_specs.MODEL_RUN_KEY]
     )
-    path = os.path.join(model_run.uri, SUMMARY_FILE)
+    path = os.path.join(model_run.uri, TRAINING_SUMMARY_FILE)
     if not fileio.exists(path):
         return  # only the chief writes one
     with fileio.open(path) as handle:

@@ -15,9 +15,8 @@ from typing import Any
 
 from tensorflow_metadata.proto.v0 import schema_pb2, statistics_pb2
 
-# Written by the trainer into the model run directory; copied onto the Model artifact in MLMD.
-SUMMARY_FILE = "training_summary.json"
-# Beside it: per split, the rows whose label the model's classes do not include, by value.
+# Beside the trainer's summary in the model run directory: per split, the rows whose label
+# the model's classes do not include, by value.
 UNSEEN_LABELS_FILE = "unseen_labels.json"
 
 

@@ -36,7 +36,6 @@ from tensorflow_metadata.proto.v0 import statistics_pb2
 from components.trainer import model as model_lib
 from components.trainer.autograph import leave_tf_keras_unconverted
 from components.trainer.features import (
-    SUMMARY_FILE,
     UNSEEN_LABELS_FILE,
     DType,
     FeatureSet,
@@ -45,6 +44,7 @@ from components.trainer.features import (
     label_counts,
 )
 from components.trainer.parsing import MISSING_INT, MISSING_STRING, parse_examples
+from pipelines.core.artifact_files import TRAINING_SUMMARY_FILE
 
 log = logging.getLogger(__name__)
 
@@ -523,7 +523,7 @@ def train(
         shutil.rmtree(checkpoint_dir, ignore_errors=True)  # finished: nothing to resume
     if model_run_dir and is_chief(strategy):
         tf.io.gfile.makedirs(model_run_dir)
-        with tf.io.gfile.GFile(os.path.join(model_run_dir, SUMMARY_FILE), "w") as handle:
+        with tf.io.gfile.GFile(os.path.join(model_run_dir, TRAINING_SUMMARY_FILE), "w") as handle:
             handle.write(json.dumps(summary, indent=2))
         with tf.io.gfile.GFile(os.path.join(model_run_dir, UNSEEN_LABELS_FILE), "w") as handle:
             record = {

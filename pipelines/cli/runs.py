@@ -85,10 +85,10 @@ def _event_log(args: argparse.Namespace, loaded):
     chosen = args.log_format or loaded.spec.runtime.log_format.value
     if chosen != "json":
         return print
-    from pipelines.run import local
-    from pipelines.run.events import JsonLog
+    from pipelines.core.events import JsonLog
+    from pipelines.finish.run_folder import redact
 
-    return JsonLog(redact=lambda text: local.redact(text, loaded.spec))
+    return JsonLog(redact=lambda text: redact(text, loaded.spec))
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -145,7 +145,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def _verdict_event(echo, outcome, prefix: str, night: str | None = None) -> None:
-    from pipelines.run.events import emit
+    from pipelines.core.events import emit
 
     run_id = Path(outcome.run_dir).name if outcome.run_dir else None  # none when unchanged
     emit(echo, "verdict", f"{prefix}: {outcome.message}", verdict=prefix,

@@ -1,4 +1,5 @@
-"""How a run ended: the four outcomes, their exit codes and the words every surface uses.
+"""How a run ended: the four outcomes, their exit codes and the words every surface uses, and
+the reason codes that say why.
 
 One enum, so the command line, the nightly loop, the fingerprint, alerts and the report cannot
 disagree on what an outcome is called, which exit code it gives, or whether it repeats.
@@ -90,12 +91,70 @@ def worst_exit_code(codes) -> int:
     return EXIT_FAILED if EXIT_FAILED in codes else EXIT_BLOCKED if EXIT_BLOCKED in codes else 0
 
 
-# How the Pusher words a model the infra validator refused (components/infra_validator), which
-# alerts although the run is NOT_PUSHED (`RunResult.alerts`).
-INFRA_REFUSAL = "the infra validator did not bless the model"
-# How it words a model held back because its TF Lite conversion failed or drifted while
-# `push.tflite.required` is true (components/tflite); it alerts as an infra refusal does.
-TFLITE_REFUSAL = "the TF Lite model did not pass"
+class Reason(str, enum.Enum):
+    """Why a run ended as it did: one code per way an outcome is decided, recorded where the
+    decision is made (the Pusher's ModelPushPath, the infra validator's InfraBlessing, the data
+    gate's findings) and carried by `RunResult.reason` into summary.json, the outcome record,
+    alerts, the report and the metrics. Control flow switches on the code; the message beside
+    it is for people and may say anything."""
+
+    # PUSHED
+    PUSHED = "pushed"  # a new version is served
+    # NOT_PUSHED: the run did its job and serving stays as it was
+    MODEL_NOT_BLESSED = "model_not_blessed"  # the Evaluator found the candidate not good enough
+    INFRA_REFUSED = "infra_refused"  # the infra validator could not serve the candidate
+    TFLITE_REFUSED = "tflite_refused"  # push.tflite.required and the TF Lite model did not pass
+    AWAITING_MANUAL_BLESS = "awaiting_manual_bless"  # a first model under require_manual_bless
+    IDENTICAL_TO_SERVED = "identical_to_served"  # the same files as the version served
+    NOTHING_NEW = "nothing_new"  # every component was a cache hit
+    PUSHER_NOT_RUN = "pusher_not_run"  # the run succeeded without the Pusher executing
+    # BLOCKED
+    DATA_GATE_BLOCKED = "data_gate_blocked"  # anomalies, drift or skew above their thresholds
+    # FAILED
+    INPUT_INVALID = "input_invalid"  # an input file the run cannot read as its spec says
+    MISSING_INPUT = "missing_input"  # a night whose data never landed
+    COMPONENT_FAILED = "component_failed"  # a component (or its task) raised
+    KILLED = "killed"  # the pipeline process died of a signal or without a result
+    INTERRUPTED = "interrupted"  # an orchestrator stopped the run, or a task did not run through
+    STORE_UNREADABLE = "store_unreadable"  # the run's record could not be read back
+    # Any outcome: the run's record is out of Conveyor's reach (Kubeflow keeps its own store)
+    UNKNOWN = "unknown"
+
+    def __str__(self) -> str:
+        return self.value
+
+    @property
+    def alerts(self) -> bool:
+        """Operators are told of a run with this reason whatever its outcome: every reason of a
+        blocked or failed run, and a candidate the Evaluator blessed that cannot be served (the
+        infra validator refused it, or its required TF Lite model did not pass). Such a run is
+        NOT_PUSHED (serving is as it was, a re-run ends the same way), but a model that cannot
+        be served is the operators' problem, unlike a model the gate found worse."""
+        return self not in _QUIET
+
+    @property
+    def label(self) -> str:
+        """The reason as a page shows it: 'infra refused', 'nothing new'..."""
+        return self.value.replace("_", " ")
+
+
+_QUIET = frozenset(
+    {
+        Reason.PUSHED,
+        Reason.MODEL_NOT_BLESSED,
+        Reason.AWAITING_MANUAL_BLESS,
+        Reason.IDENTICAL_TO_SERVED,
+        Reason.NOTHING_NEW,
+        Reason.PUSHER_NOT_RUN,
+        Reason.UNKNOWN,
+    }
+)
+
+# The custom properties an artifact records its decision in: the code (a `Reason` value) and
+# the words for people. The Pusher's ModelPushPath and the infra validator's InfraBlessing carry
+# both; ML Metadata, `conveyor runs` and `conveyor bless` read the words.
+REASON_CODE_PROPERTY = "conveyor_reason_code"
+REASON_PROPERTY = "conveyor_reason"
 
 
 @dataclass
@@ -106,6 +165,8 @@ class RunResult:
     pipeline: str
     outcome: Outcome
     message: str
+    # Why it ended so (a `Reason` value); what alerts, badges and metrics switch on.
+    reason: Reason = Reason.UNKNOWN
     pushed_version: str | None = None
     pushed_path: str | None = None
     nodes: list[NodeRecord] = field(default_factory=list)
@@ -128,12 +189,6 @@ class RunResult:
 
     @property
     def alerts(self) -> bool:
-        """Operators are told of it: a blocked or failed run, and also a model the Evaluator
-        blessed that the infra validator refused (or whose required TF Lite model did not
-        pass). That run is NOT_PUSHED (serving is as it was, a re-run ends the same way) but a
-        model that cannot be served is the operators' problem, unlike a model the gate found
-        worse."""
-        return Outcome(self.outcome).alerts or (
-            Outcome(self.outcome) is Outcome.NOT_PUSHED
-            and (INFRA_REFUSAL in self.message or TFLITE_REFUSAL in self.message)
-        )
+        """Operators are told of it: a blocked or failed run, and a run whose reason alerts
+        (`Reason.alerts`: a blessed model that cannot be served)."""
+        return Outcome(self.outcome).alerts or Reason(self.reason).alerts

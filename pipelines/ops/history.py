@@ -23,17 +23,17 @@ from pathlib import Path
 import markupsafe
 
 from pipelines.builder import spans
+from pipelines.core.artifact_files import DATA_GATE_TYPE, GATE_FINDINGS_FILE
 from pipelines.core.metadata import RunHistory, open_store, run_history
 from pipelines.core.outcome import Outcome
 from pipelines.core.paths import REPORT_FILE, RUN_SUMMARY, RunPaths
-from pipelines.ops.charts import ChartRenderer
-from pipelines.ops.report import Badge, keras_metric_name, templates
+from pipelines.finish.artifacts import keras_metric_name
+from pipelines.finish.charts import ChartRenderer
+from pipelines.finish.report import Badge, templates
 
 HISTORY_FILE = "history.html"
 TEMPLATE = "history.html.j2"
 DEFAULT_NIGHTS = 30
-GATE_FINDINGS_FILE = "findings.json"  # components.data_gate.component.FINDINGS_FILE
-DATA_GATE_TYPE = "data_gate"
 MOST_METRICS = 6  # drawn when the spec names none of the recorded metrics
 
 

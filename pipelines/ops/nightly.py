@@ -12,8 +12,9 @@ version or interleave fingerprints and checkpoints. What a second run does meanw
 `runtime.concurrency`'s: wait, or refuse with exit 75.
 
 Around each run, under that lock: `serving_state.reconcile` first puts serving back in step with
-ML Metadata (a run killed mid-push), and after the run `finish` retires old versions, writes the
-report, alerts and records the outcome. `conveyor run` runs the pipeline and its `finish` in a
+ML Metadata (a run killed mid-push), and after the run the run-finish contract
+(`pipelines.finish.contract.finish_run`) retires old versions, writes the summary and report,
+alerts and records the outcome. `conveyor run` runs the pipeline and its `finish` in a
 child process it supervises (`pipelines.ops.supervisor`): a run killed by a signal still ends
 FAILED, with its summary and alert.
 """
@@ -37,7 +38,7 @@ from typing import TYPE_CHECKING
 from filelock import FileLock, Timeout
 
 from pipelines.builder import spans
-from pipelines.core.outcome import EXIT_BUSY, Outcome, PipelineBusy, RunResult
+from pipelines.core.outcome import EXIT_BUSY, Outcome, PipelineBusy, Reason, RunResult
 from pipelines.core.paths import CRON_LOG, RunPaths, runs_root
 from pipelines.core.project import find_project
 from pipelines.ops import fingerprint
@@ -277,21 +278,46 @@ def execute_and_finish(
     echo: Callable[[str], None] = print,
     run_id: str | None = None,
 ) -> RunResult:
-    """Runs the pipeline (`local.execute`), then what follows it (`finish`): the part of a run
-    that imports TensorFlow, and the part a supervised run puts in its child process."""
-    from components.failpoints import failpoint
-    from pipelines.ops.finish import finish
+    """Runs the pipeline (`local.execute`), then finishes it (`finish_run`, the run-finish
+    contract every orchestrator calls): the part of a run that imports TensorFlow, and the part
+    a supervised run puts in its child process."""
+    from pipelines.finish.contract import finish_run
     from pipelines.run import local
 
-    result = local.execute(planned, echo=echo, run_id=run_id)
-    failpoint("run:before_finish")
-    finish(planned, result, inputs_fingerprint, echo)
-    return result
+    facts = local.execute(planned, echo=echo, run_id=run_id)
+    facts.record_outcome = outcome_recorder(planned.paths, planned.span, inputs_fingerprint)
+    return finish_run(facts, echo)
+
+
+def outcome_recorder(
+    paths: RunPaths, span: int | None, inputs_fingerprint: dict | None = None
+) -> Callable[[RunResult], None]:
+    """How a run's final outcome is recorded, so that a re-run of unchanged inputs answers at
+    once (`fingerprint.unchanged_since`): what `RunFacts.record_outcome` of a local run and of
+    an Airflow DAG run calls.
+
+    Args:
+      paths: the pipeline's paths.
+      span: the span the run ingested.
+      inputs_fingerprint: the inputs' fingerprint taken before the run started (an input that
+        changed while it ran must not be recorded as what this run consumed); None takes it
+        when the outcome is recorded (an orchestrator's run has no "before" here).
+    """
+
+    def record(result: RunResult) -> None:
+        taken = inputs_fingerprint
+        if taken is None:
+            taken = fingerprint.compute(paths, span)
+        fingerprint.record_outcome(
+            paths, str(result.run_id), result.outcome, taken, span, reason=result.reason
+        )
+
+    return record
 
 
 def alert_missing_night(spec, span: int, message: str) -> str | None:
     """A night whose data never landed is a failed night: the webhook hears about it too."""
-    from pipelines.ops.alerts import send_alert
+    from pipelines.finish.alerts import send_alert
 
     night = spans.date_of_span(span).isoformat() if spec.data.dated_spans else None
     missing = RunResult(
@@ -299,6 +325,7 @@ def alert_missing_night(spec, span: int, message: str) -> str | None:
         pipeline=spec.name,
         outcome=Outcome.FAILED,
         message=message,
+        reason=Reason.MISSING_INPUT,
         night=night,
         span=span,
     )

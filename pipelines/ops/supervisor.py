@@ -83,7 +83,7 @@ def supervise(
     try:
         pid = os.fork()
         if pid == 0:  # the child: never returns into the caller's frames (and their locks)
-            json_log = bool(getattr(echo, "structured", False))  # pipelines.run.events
+            json_log = bool(getattr(echo, "structured", False))  # pipelines.core.events
             _child_main(
                 planned, inputs_fingerprint, work, run_id, reader, writer, parent, mask, json_log
             )
@@ -166,7 +166,7 @@ def _child(
         nonlocal listening
         if listening:
             try:
-                # An Event (pipelines.run.events) is a str that pickles with its fields.
+                # An Event (pipelines.core.events) is a str that pickles with its fields.
                 writer.send(("echo", line if isinstance(line, str) else str(line)))
             except OSError:  # the parent is gone (and this process with it, on Linux)
                 listening = False
@@ -274,17 +274,28 @@ def _finish_killed(
     received: list[int],
     echo: Callable[[str], None],
 ) -> RunResult:
-    from pipelines.ops.finish import finish_read_back
-    from pipelines.run import local
+    from pipelines.builder import spans
+    from pipelines.core.outcome import Reason
+    from pipelines.finish.contract import RunFacts, Stop, finish_run, read_result
 
     how = how_it_ended(exit_code)
     if received:
         sent = ", ".join(signal.Signals(s).name for s in dict.fromkeys(received))
         echo(f"  {sent} received: passed on to the pipeline process")
     echo(f"  {'pipeline':<22} {'killed' if exit_code < 0 else 'ended'}")
-    result = local.summarise(planned.spec.name, run_id, planned.paths, failure=how)
-    where = where_it_ended(result, planned.paths.run_dir(run_id))
+    span = planned.span
+    dated = span is not None and planned.spec.data.dated_spans
+    facts = RunFacts(
+        planned.loaded,
+        planned.paths,
+        run_id,
+        span=span,
+        night=spans.date_of_span(span).isoformat() if dated else None,
+        stop=Stop(Reason.KILLED, how),
+        # The alert first: a parent stopped by SIGTERM may have seconds left before a SIGKILL.
+        alert_first=True,
+    )
+    where = where_it_ended(read_result(facts), planned.paths.run_dir(run_id))
     # Not a final outcome: nothing is recorded, so the next run of these inputs runs again.
-    result.message = f"{how} {where}; no outcome recorded: the next run retries it"
-    # The alert first: a parent stopped by SIGTERM may have seconds left before a SIGKILL.
-    return finish_read_back(planned, result, inputs_fingerprint, echo, alert_first=True)
+    facts.stop = Stop(Reason.KILLED, f"{how} {where}; no outcome recorded: the next run retries it")
+    return finish_run(facts, echo)

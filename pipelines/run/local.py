@@ -1,8 +1,11 @@
-"""Local runner: LocalDagRunner over the built pipeline, with progress and a summary.
+"""Local runner: LocalDagRunner over the built pipeline, with progress.
 
-It adds only what running locally needs: a run id it knows in advance (so the resolved spec
-and the summary land in `<workdir>/runs/<pipeline>/<run id>/`), live per-component progress,
-and a final answer read back from ML Metadata: the version pushed, or exactly why none was.
+It adds only what running locally needs: a run id it knows in advance (so the resolved spec,
+the log and the summary land in `<workdir>/runs/<pipeline>/<run id>/`), live per-component
+progress, the warm-ups components ask for (the component table's `warm_up`: the infra
+validator's spare model server), and the facts only this runner knows (`RunFacts`: what
+LocalDagRunner raised, each node's state and time). What the run records is the one run-finish
+contract's (`pipelines.finish.contract.finish_run`), as for every orchestrator.
 
 A run's folder is its owner's alone (0700, files 0600), and secrets are masked in its log: TFX
 logs the whole metadata connection, MySQL password included.
@@ -13,35 +16,22 @@ from __future__ import annotations
 import contextlib
 import datetime
 import gc
-import json
 import logging
 import os
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import asdict
 from pathlib import Path
 
-import yaml
-
 from pipelines.builder import spans
-from pipelines.core.metadata import (
-    MetadataConfigError,
-    connection_config,
-    find_run,
-    metadata_password,
-    open_store,
-)
-from pipelines.core.outcome import Outcome, RunResult
-from pipelines.core.paths import RESOLVED_SPEC, RUN_LOG, RUN_SUMMARY, RunPaths
-from pipelines.run.events import emit
+from pipelines.core.events import emit
+from pipelines.core.metadata import connection_config
+from pipelines.core.paths import RUN_LOG
+from pipelines.finish.contract import RunFacts, stop_of
+from pipelines.finish.run_folder import Redactor, open_run_dir, run_secrets, write_private
 from pipelines.run.plan import Run
+from pipelines.spec.components import COMPONENT_TYPES, WarmUp
 from pipelines.spec.models import PipelineSpec
-
-REDACTED = "***"
-# components.data_gate.component.FINDINGS_FILE, named here so that reading a run back imports no
-# TFX (the process that supervises `conveyor run` reads a killed run back without TensorFlow).
-GATE_FINDINGS_FILE = "findings.json"
 
 
 class _ProgressHandler(logging.Handler):
@@ -88,93 +78,6 @@ class _ProgressHandler(logging.Handler):
             self._emit("component_failed", "failed", seconds)
 
 
-def run_secrets(spec: PipelineSpec) -> tuple[str, ...]:
-    """The secret values a run's logs must never show: the metadata database's password and the
-    alert webhook's URL (both read from the environment variables the spec names)."""
-    secrets = []
-    try:
-        secrets.append(metadata_password(spec))
-    except MetadataConfigError:  # no password to leak (a MySQL run fails on it before logging)
-        pass
-    if spec.runtime.alert_webhook_env:
-        secrets.append(os.environ.get(spec.runtime.alert_webhook_env, "").strip())
-    return tuple(secret for secret in secrets if secret)
-
-
-def _spellings(secret: str) -> set[str]:
-    """A secret as it may appear in a log line: as is, and escaped the way protobuf's text
-    format (TFX logs the connection config so), repr() and JSON write a string."""
-    from google.protobuf import text_encoding
-
-    return {
-        secret,
-        text_encoding.CEscape(secret.encode(), as_utf8=False),
-        text_encoding.CEscape(secret, as_utf8=True),
-        repr(secret)[1:-1],
-        json.dumps(secret)[1:-1],
-    }
-
-
-class _Redactor(logging.Filter):
-    """Replaces secret values with `***` in a record's message and exception text.
-
-    The record is changed in place, so every handler after the first one that filters it (and
-    any other handler of the logger) sees the masked text.
-    """
-
-    def __init__(self, secrets: tuple[str, ...]):
-        super().__init__()
-        spelled = {variant for secret in secrets if secret for variant in _spellings(secret)}
-        # Longest first: an escaped spelling may contain the plain one.
-        self._secrets = sorted(spelled, key=len, reverse=True)
-
-    def redact(self, text: str) -> str:
-        for secret in self._secrets:
-            text = text.replace(secret, REDACTED)
-        return text
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if not self._secrets or getattr(record, "_conveyor_redacted", False):
-            return True
-        try:
-            message, formatted = record.getMessage(), True
-        except Exception:  # logging's own error report would print the arguments unmasked
-            message, formatted = f"{record.msg} {record.args!r}", False
-        redacted = self.redact(message)
-        if redacted != message or not formatted:
-            record.msg, record.args = redacted, None
-        if record.exc_info and not record.exc_text:
-            record.exc_text = logging.Formatter().formatException(record.exc_info)
-        if record.exc_text:
-            record.exc_text = self.redact(record.exc_text)
-        if record.stack_info:
-            record.stack_info = self.redact(record.stack_info)
-        record._conveyor_redacted = True
-        return True
-
-
-def redact(text: str, spec: PipelineSpec) -> str:
-    """`text` with the run's secrets (see `run_secrets`) masked: for a message that is written
-    to a summary, a report or an alert."""
-    return _Redactor(run_secrets(spec)).redact(text)
-
-
-def _private_dir(path: Path) -> Path:
-    """Creates `path` (and its parents) readable by its owner only, whatever the umask."""
-    path.mkdir(parents=True, exist_ok=True)
-    os.chmod(path, 0o700)
-    return path
-
-
-def _write_private(path: Path, text: str = "") -> Path:
-    """Writes `path` readable and writable by its owner only, whatever the umask."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    os.fchmod(fd, 0o600)  # os.open's mode passes through the umask; an existing file keeps its own
-    with os.fdopen(fd, "w") as out:
-        out.write(text)
-    return path
-
-
 @contextlib.contextmanager
 def _captured_logs(progress: logging.Handler, log_file: Path, secrets: tuple[str, ...] = ()):
     """TFX logs through absl at INFO: the full log goes to the run's file (owner-only), errors to
@@ -183,12 +86,12 @@ def _captured_logs(progress: logging.Handler, log_file: Path, secrets: tuple[str
 
     absl_logger = logging.getLogger("absl")
     saved = absl_logging.get_verbosity(), absl_logger.propagate
-    to_file = logging.FileHandler(_write_private(log_file))  # appends to the private file
+    to_file = logging.FileHandler(write_private(log_file))  # appends to the private file
     to_file.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
     to_stderr = logging.StreamHandler()
     to_stderr.setLevel(logging.ERROR)
     handlers = (progress, to_file, to_stderr)
-    redactor = _Redactor(secrets)
+    redactor = Redactor(secrets)
     for handler in handlers:
         handler.addFilter(redactor)
     # Through absl's verbosity flag, not the logger: TensorFlow's saving code restores the
@@ -293,12 +196,14 @@ def _collector_paused():
 
 def execute(
     planned: Run, echo: Callable[[str], None] = print, run_id: str | None = None
-) -> RunResult:
+) -> RunFacts:
     """Runs the planned pipeline run with LocalDagRunner; never raises for a failed component
-    (the result says what failed), only for errors before the run starts.
+    (the facts say what stopped it), only for errors before the run starts.
 
-    It writes the run's folder (resolved spec, run.log, summary.json) and nothing else: what
-    follows a run (its report, alerts, the outcome record) is `pipelines.ops.finish`'s.
+    It writes the run's folder (resolved spec, run.log) and answers what only this runner
+    knows: LocalDagRunner's failure, each node's state and time as seen live, the pipeline's
+    seconds. What the run records (its outcome and reason, summary, report, alert, outcome
+    record) is `pipelines.finish.contract.finish_run`'s, as for every orchestrator.
 
     Args:
       planned: the run as planned (spec, paths, span).
@@ -309,7 +214,7 @@ def execute(
     loaded, paths, span = planned.loaded, planned.paths, planned.span
     spec = loaded.spec
     run_id = run_id or new_run_id(spec.name)
-    run_dir = open_run_dir(planned, run_id)
+    run_dir = open_run_dir(loaded, paths, run_id)
     emit(
         echo,
         "run_started",
@@ -341,7 +246,8 @@ def execute(
     runtime_parameter_utils.substitute_runtime_parameter(
         ir, {constants.PIPELINE_RUN_ID_PARAMETER_NAME: run_id}
     )
-    progress = _ProgressHandler(echo, _spare_server_starter(ir))
+    warm_ups = _warm_ups(spec, ir)
+    progress = _ProgressHandler(echo, _warm_up_starter(warm_ups))
     secrets = run_secrets(spec)
     failure: Exception | None = None
     started = time.perf_counter()
@@ -355,7 +261,8 @@ def execute(
             progress.interrupted()
             failure = err
         finally:
-            _discard_spare_server()
+            for warm_up, _ in warm_ups:
+                warm_up.discard()
     pipeline_seconds = time.perf_counter() - started
     emit(
         echo,
@@ -366,198 +273,52 @@ def execute(
         failed=failure is not None,
     )
 
-    result = summarise(spec.name, run_id, paths, failure, progress.timings)
-    # A failure's text goes to the summary, the report and the alert: no secret in it either.
-    result.message = _Redactor(secrets).redact(result.message)
-    result.pipeline_seconds = round(pipeline_seconds, 2)
-    complete_result(result, spec, span, run_dir)
-    write_summary(run_dir, result)
-    return result
-
-
-INFRA_VALIDATOR_TYPE = "components.infra_validator.component.InfraValidator"
-
-
-def _spare_server_starter(ir) -> Callable[[str], None] | None:
-    """What starts the infra validator's spare model server (components/infra_validator/
-    spare.py) when the node that makes the candidate (the producer of the infra validator's
-    `model` input, the trainer) executes, so that the server's imports run beside training
-    rather than at the infra validator; None for a pipeline without an infra validator. A run
-    that stops before training (a data gate that blocks, cache hits throughout) starts none."""
-    producers = {
-        channel.producer_node_query.id
-        for node in ir.nodes
-        if node.pipeline_node.node_info.type.name == INFRA_VALIDATOR_TYPE
-        for channel in node.pipeline_node.inputs.inputs["model"].channels
-    }
-    if not producers:
-        return None
-
-    def start_spare(node_id: str) -> None:
-        if node_id not in producers:
-            return
-        from components.infra_validator import spare
-
-        try:
-            spare.start()  # at most one waits at a time: a second start is a no-op
-        except OSError as err:  # the executor then starts its server itself, as without one
-            logging.getLogger(__name__).warning("no spare model server: %s", err)
-
-    return start_spare
-
-
-def _discard_spare_server() -> None:
-    """Ends a spare model server the run started and did not use."""
-    from components.infra_validator import spare
-
-    spare.discard()
-
-
-def complete_result(result: RunResult, spec: PipelineSpec, span: int | None, run_dir: Path) -> None:
-    """Fills in what ML Metadata does not say about a run: its folder, and its span and night
-    when no Examples artifact recorded them (a run that failed before ExampleGen)."""
-    result.run_dir = str(run_dir)
-    if result.span is None:
-        result.span = span
-    if result.span is not None and spec.data.dated_spans:
-        result.night = spans.date_of_span(result.span).isoformat()
-
-
-def write_summary(run_dir: Path, result: RunResult) -> Path:
-    """Writes the run's `summary.json` (owner-only, like the rest of its folder)."""
-    _private_dir(run_dir)
-    return _write_private(run_dir / RUN_SUMMARY, json.dumps(asdict(result), indent=2))
-
-
-def open_run_dir(planned: Run, run_id: str) -> Path:
-    """Creates the run's folder (owner-only: its log and summary are the run's own) with the
-    resolved spec in it."""
-    loaded, spec = planned.loaded, planned.spec
-    run_dir = _private_dir(planned.paths.run_dir(run_id))
-    _write_private(
-        run_dir / RESOLVED_SPEC,
-        f"# {spec.name} as run {run_id} (profile {loaded.env}; layers: "
-        f"{', '.join(loaded.sources)})\n" + yaml.safe_dump(spec.to_yaml_dict(), sort_keys=False),
-    )
-    return run_dir
-
-
-def summarise(
-    pipeline: str,
-    run_id: str,
-    paths: RunPaths,
-    failure: BaseException | str | None = None,
-    timings: dict[str, tuple[str, float]] | None = None,
-) -> RunResult:
-    """What a run did, read back from ML Metadata: the version it pushed, why it pushed none,
-    or (given `failure`) why it failed.
-
-    Shared by every runner that can read the run's store afterwards: the local runner, an
-    orchestrator's final step, and the process that supervises `conveyor run`.
-
-    Args:
-      pipeline: the pipeline's name.
-      run_id: the name of the run's context in ML Metadata (see `pipelines.core.metadata.find_run`).
-      paths: the pipeline's paths (its spec says where the store is).
-      failure: what stopped the run: an exception (a `DataGateError` makes the run BLOCKED, any
-        other FAILED), or a message in words (FAILED, with that message as is).
-      timings: node id -> (state, seconds) as the runner saw each node live.
-    """
-    timings = timings or {}
-    try:
-        store = open_store(paths.spec, paths.metadata_path)
-        record = find_run(store, run_id) if store is not None else None
-        unread = None
-    except Exception as err:  # the store went away (a MySQL server stopped mid-run, say)
-        record = None
-        unread = (
-            f"the run's record could not be read back from the ML Metadata store "
-            f"({_store_location(paths)}): {type(err).__name__}: {err}"
-        )
-        if failure is None:  # nothing says what the run did: it is not known to have pushed
-            failure = unread
-        elif isinstance(failure, str):
-            failure = f"{failure}; {unread}"
-    nodes = record.nodes if record else []
-    for node in nodes:
-        # The runner saw each node live: its wall-clock beats MLMD's stamps, and it tells a
-        # resolver (which only resolves inputs) from a component that executed.
-        node.state, seconds = timings.get(node.node_id, (node.state, node.seconds))
-        node.seconds = round(seconds, 2)
-    span = record.span if record else None
-    gate = _gate_findings(record)
-    if isinstance(failure, str):
-        return RunResult(
-            run_id=run_id,
-            pipeline=pipeline,
-            outcome=Outcome.FAILED,
-            message=failure,
-            pushed_version=record.pushed_version if record else None,
-            nodes=nodes,
-            span=span,
-            data_gate=gate,
-        )
-    if failure is not None:
-        from components.csv_input.checks import CsvInputError
-        from components.data_gate.component import DataGateError
-
-        blocked = isinstance(failure, DataGateError)
-        # The gate's findings and a bad input file are explained in words already.
-        worded = blocked or isinstance(failure, CsvInputError)
-        message = str(failure) if worded else f"{type(failure).__name__}: {failure}"
-        return RunResult(
-            run_id=run_id,
-            pipeline=pipeline,
-            outcome=Outcome.BLOCKED if blocked else Outcome.FAILED,
-            message=f"{message}; {unread}" if unread else message,
-            nodes=nodes,
-            span=span,
-            data_gate=failure.findings if blocked else gate,
-        )
-    if record and record.pushed_version:
-        path = paths.serving_dir / record.pushed_version
-        # The push's reason ends with the labels that did not move when the model servers had
-        # not loaded the version in time (pipelines/ops/labels.py, Rollout.note).
-        reason = str(record.push_reason or "")
-        said = reason[reason.find("labels not moved") :] if "; labels not moved" in reason else ""
-        return RunResult(
-            run_id,
-            pipeline,
-            Outcome.PUSHED,
-            f"pushed version {record.pushed_version} to {path}" + (f"; {said}" if said else ""),
-            record.pushed_version,
-            str(path),
-            nodes,
-            span=span,
-            data_gate=gate,
-        )
-    reason = (record.push_reason if record else None) or (
-        "every component was a cache hit: same data, spec and code as an earlier run"
-        if nodes and not any(n.state == "executed" for n in nodes)
-        else "the Pusher did not run"
-    )
-    return RunResult(
+    return RunFacts(
+        loaded,
+        paths,
         run_id,
-        pipeline,
-        Outcome.NOT_PUSHED,
-        f"nothing pushed: {reason}",
-        nodes=nodes,
         span=span,
-        data_gate=gate,
+        night=spans.date_of_span(span).isoformat()
+        if span is not None and spec.data.dated_spans
+        else None,
+        stop=stop_of(failure) if failure is not None else None,
+        timings=progress.timings,
+        pipeline_seconds=round(pipeline_seconds, 2),
     )
 
 
-def _store_location(paths: RunPaths) -> str:
-    """Where the run's ML Metadata store is, for messages (never its password)."""
-    metadata = paths.spec.runtime.metadata
-    if metadata.kind.value == "mysql":
-        return f"MySQL database {metadata.database} at {metadata.host}:{metadata.port}"
-    return f"SQLite file {paths.metadata_path}"
+def _warm_ups(spec: PipelineSpec, ir) -> list[tuple[WarmUp, set[str]]]:
+    """Each warm-up the spec's components ask for (the component table's `warm_up`), with the
+    nodes whose execution starts it: the producers of the component's `after_input`."""
+    import importlib
+
+    found = []
+    for component in spec.components:
+        row = COMPONENT_TYPES.get(component.type or "")
+        if row is None or row.warm_up is None:
+            continue
+        module, _, attribute = row.warm_up.partition(":")
+        warm_up = getattr(importlib.import_module(module), attribute)
+        producers = {
+            channel.producer_node_query.id
+            for node in ir.nodes
+            if node.pipeline_node.node_info.id == component.id
+            for channel in node.pipeline_node.inputs.inputs[warm_up.after_input].channels
+        }
+        if producers:
+            found.append((warm_up, producers))
+    return found
 
 
-def _gate_findings(record) -> dict | None:
-    """The data gate's findings.json from its output artifact (a passed or cached gate)."""
-    if record is None or not record.gate_findings_uri:
+def _warm_up_starter(warm_ups: list[tuple[WarmUp, set[str]]]) -> Callable[[str], None] | None:
+    """What starts each warm-up when a node that produces its component's input executes; None
+    for a pipeline that asks for none."""
+    if not warm_ups:
         return None
-    found = Path(record.gate_findings_uri) / GATE_FINDINGS_FILE
-    return json.loads(found.read_text()) if found.is_file() else None
+
+    def start(node_id: str) -> None:
+        for warm_up, producers in warm_ups:
+            if node_id in producers:
+                warm_up.start()
+
+    return start

@@ -59,6 +59,21 @@ class ConditionalNeed:
 
 
 @dataclass(frozen=True)
+class WarmUp:
+    """Start-up work a component asks the local runner to begin early, beside the node that
+    produces its input `after_input`, so that it is done by the time the component runs (the
+    infra validator's spare model server imports TensorFlow while the trainer trains).
+
+    The local runner calls `start` when that node executes (a cache hit starts nothing) and
+    `discard` once the run ends, whether or not the component took what was started.
+    """
+
+    after_input: str
+    start: Callable[[], None]
+    discard: Callable[[], None]
+
+
+@dataclass(frozen=True)
 class ComponentType:
     """One row of the table."""
 
@@ -71,6 +86,9 @@ class ComponentType:
     # How the node is built on an orchestrator where it differs from local (documentation and
     # `conveyor compile`'s notes); a type missing for a target builds as it does locally.
     on_target: dict[Orchestrator, str] = field(default_factory=dict)
+    # "module:attribute" of the component's `WarmUp` for a local run, imported by the local
+    # runner only for a spec that uses the type; None: nothing to begin early.
+    warm_up: str | None = None
 
     def required_roles(self, spec: Any) -> list[tuple[str, str | None]]:
         """(role, spec key that asks for it or None) for `spec`."""
@@ -221,6 +239,7 @@ COMPONENT_TYPES: dict[str, ComponentType] = {
             f"{_NODES}.infra_validator:build",
             provides=("infra_blessing",),
             needs=("model", "blessing", "examples"),
+            warm_up="components.infra_validator.spare:WARM_UP",
             on_target={
                 Orchestrator.KUBEFLOW: "the model server runs inside the component's own "
                 "container (the pipeline image), as a child process: no Docker, no cluster access"

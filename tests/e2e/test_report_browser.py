@@ -17,7 +17,7 @@ import pytest
 from PIL import Image
 
 from pipelines.core.paths import FRAMEWORK_ROOT
-from pipelines.ops import charts
+from pipelines.finish import charts
 
 pytestmark = pytest.mark.e2e
 
@@ -122,7 +122,7 @@ def test_the_run_logged_one_json_event_per_line(penguin):
 
 
 def test_the_trainer_wrote_its_loss_and_a_profile_trace_that_the_report_shows(penguin):
-    from pipelines.ops.training_summary import read_training_log
+    from pipelines.finish.training_summary import read_training_log
 
     _, report, _ = penguin
     workdir = Path(report).parents[3]

@@ -11,10 +11,11 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 import pytest
 
 from pipelines import cli
-from pipelines.core.outcome import EXIT_BLOCKED, Outcome, RunResult
+from pipelines.core.outcome import EXIT_BLOCKED, Reason, RunResult
 from pipelines.core.paths import RunPaths
-from pipelines.ops import alerts
-from pipelines.ops.alerts import send_alert
+from pipelines.finish import alerts
+from pipelines.finish.alerts import send_alert
+from pipelines.finish.contract import RunFacts, Stop
 from pipelines.spec.loading import load_spec
 from tests.conftest import recording_webhook
 
@@ -47,7 +48,12 @@ def webhook():
         yield served
 
 
-def _result(outcome: str, tmp_path, message: str = "Data gate: bad data") -> RunResult:
+REASONS = {"blocked": Reason.DATA_GATE_BLOCKED, "failed": Reason.COMPONENT_FAILED}
+
+
+def _result(
+    outcome: str, tmp_path, message: str = "Data gate: bad data", reason: Reason | None = None
+) -> RunResult:
     run_dir = tmp_path / "runs" / "penguin" / "penguin-20261129T020000.000000Z"
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "report.html").write_text("<html></html>")
@@ -56,6 +62,7 @@ def _result(outcome: str, tmp_path, message: str = "Data gate: bad data") -> Run
         pipeline="penguin",
         outcome=outcome,
         message=message,
+        reason=reason or REASONS.get(outcome, Reason.MODEL_NOT_BLESSED),
         run_dir=str(run_dir),
         night="2026-11-28",
         span=3,
@@ -79,6 +86,7 @@ def test_a_blocked_night_is_posted_with_its_reason(spec, webhook, tmp_path, monk
         "run_id": "penguin-20261129T020000.000000Z",
         "outcome": "blocked",
         "reason": "Data gate: bad data",
+        "reason_code": "data_gate_blocked",
         "night": "2026-11-28",
         "span": 3,
         "report": str(tmp_path / "runs/penguin/penguin-20261129T020000.000000Z/report.html"),
@@ -177,16 +185,8 @@ def _blocked_run(tmp_path, monkeypatch):
     csv.write_text("species,island\nAdelie,Biscoe\n")
 
     def blocked(planned, echo=print, run_id=None):
-        run_dir = planned.paths.run_dir("penguin-20261201T020000.000000Z")
-        run_dir.mkdir(parents=True)
-        return RunResult(
-            run_id=run_dir.name,
-            pipeline="penguin",
-            outcome=Outcome.BLOCKED,
-            message="Data gate: bad data",
-            run_dir=str(run_dir),
-            data_gate=GATE,
-        )
+        stop = Stop(Reason.DATA_GATE_BLOCKED, "Data gate: bad data", GATE)
+        return RunFacts(planned.loaded, planned.paths, "penguin-20261201T020000.000000Z", stop=stop)
 
     monkeypatch.setattr(local, "execute", blocked)
     argv = ["run", "penguin", "--env", "ci", "--workdir", str(tmp_path)]
@@ -247,3 +247,32 @@ def test_a_slow_webhook_times_out_without_holding_the_run(spec, tmp_path, monkey
     assert line.startswith(f"alert not delivered to the webhook in ${WEBHOOK_ENV}: ")
     assert "timed out" in line.lower()
     assert waited < 5  # the alert's own timeout, not the server's pace
+
+
+@pytest.mark.parametrize(
+    ("reason", "alerts"),
+    [
+        (Reason.INFRA_REFUSED, True),
+        (Reason.TFLITE_REFUSED, True),
+        (Reason.MODEL_NOT_BLESSED, False),
+        (Reason.IDENTICAL_TO_SERVED, False),
+        (Reason.NOTHING_NEW, False),
+    ],
+)
+def test_a_not_pushed_night_alerts_by_its_reason_code_not_its_words(
+    spec, webhook, tmp_path, monkeypatch, reason, alerts
+):
+    url, received = webhook
+    monkeypatch.setenv(WEBHOOK_ENV, url)
+    # Words that once decided it are gone from the decision: the code alone says.
+    words = {
+        True: "nothing pushed: the model did not pass the evaluation thresholds",
+        False: "nothing pushed: the infra validator did not bless the model: p99 too slow",
+    }[alerts]
+    result = _result("not_pushed", tmp_path, message=words, reason=reason)
+
+    line = send_alert(spec, result)
+
+    assert result.alerts is alerts
+    assert (line is not None) is alerts
+    assert [r["body"]["reason_code"] for r in received] == ([reason.value] if alerts else [])

@@ -1,15 +1,15 @@
 """The Grafana dashboards in monitoring/dashboards/: the committed JSON is what
 monitoring/dashboards.py generates (grafanalib), and every query of every panel and variable
-reads a metric Conveyor exports, from a run (pipelines/ops/metrics.py) or from the model server
-(pipelines/serving/model_server/metrics.py), or one TF Serving exports (pipelines/ops/metrics.py's
-TF_SERVING_METRICS, which cites TF Serving's sources)."""
+reads a metric Conveyor exports, from a run (pipelines/finish/metrics.py) or from the model
+server (pipelines/serving/model_server/metrics.py), or one TF Serving exports
+(pipelines/finish/metrics.py's TF_SERVING_METRICS, which cites TF Serving's sources)."""
 
 import json
 
 import pytest
 
 from monitoring import dashboards
-from pipelines.ops import metrics
+from pipelines.finish import metrics
 from pipelines.serving.model_server.metrics import ServerMetrics
 
 

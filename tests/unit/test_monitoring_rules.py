@@ -1,7 +1,8 @@
 """The alert rules in monitoring/rules/ through the real `promtool` (Debian's `prometheus`
 package, installed on demand): the file is valid, its unit tests pass (each alert fires in one
 case and stays quiet in another), and every metric the rules read is one Conveyor exports or,
-for the `tf-serving` group, one TF Serving exports (the cited list in pipelines/ops/metrics.py)."""
+for the `tf-serving` group, one TF Serving exports (the cited list in
+pipelines/finish/metrics.py)."""
 
 import subprocess
 
@@ -9,7 +10,7 @@ import pytest
 import yaml
 
 from pipelines.core.paths import FRAMEWORK_ROOT
-from pipelines.ops import metrics
+from pipelines.finish import metrics
 from tests import system_packages
 
 RULES_DIR = FRAMEWORK_ROOT / "monitoring" / "rules"

@@ -17,8 +17,8 @@ from pipelines.core.metadata import (
 )
 from pipelines.core.outcome import Outcome, RunResult
 from pipelines.core.paths import RunPaths
-from pipelines.ops import report
-from pipelines.ops.report import find_report, recent_run_ids, render_report, write_report
+from pipelines.finish import artifacts
+from pipelines.finish.report import find_report, recent_run_ids, render_report, write_report
 from pipelines.spec.loading import load_spec
 
 RUN_ID = "penguin-20261129T020000.000000Z"
@@ -297,7 +297,7 @@ def test_an_evaluation_names_its_models_and_a_damaged_one_is_said_so(paths, monk
     def damaged(uri):
         raise ValueError(f"{uri}: <truncated> & unreadable")
 
-    monkeypatch.setattr(report, "load_evaluation", damaged)
+    monkeypatch.setattr(artifacts, "load_evaluation", damaged)
     evaluator = NodeArtifacts(
         "evaluator",
         "cached",

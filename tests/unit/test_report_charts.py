@@ -15,11 +15,11 @@ from ml_metadata.metadata_store import metadata_store
 from ml_metadata.proto import metadata_store_pb2 as mlmd
 from tensorflow_metadata.proto.v0 import statistics_pb2
 
+from pipelines.core.events import Event, JsonLog, emit
 from pipelines.core.metadata import NodeRecord, connection_config, read_run_artifacts
 from pipelines.core.outcome import Outcome, RunResult
 from pipelines.core.paths import RunPaths
-from pipelines.ops import charts, report
-from pipelines.run.events import Event, JsonLog, emit
+from pipelines.finish import charts, report
 from pipelines.spec.loading import load_spec
 from tests.unit.test_report import RUN_ID, _Recorder
 
@@ -159,7 +159,7 @@ def test_a_chart_that_cannot_be_drawn_is_left_out_and_the_page_stays(taxi_sized)
 
 
 def test_the_report_module_imports_no_matplotlib():
-    probe = "import sys, pipelines.ops.report; print('matplotlib' in sys.modules)"
+    probe = "import sys, pipelines.finish.report; print('matplotlib' in sys.modules)"
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
     assert done.stdout.strip() == "False", done.stderr
 

@@ -22,7 +22,8 @@ from ml_metadata.proto import metadata_store_pb2 as mlmd
 
 from pipelines.core.metadata import connection_config
 from pipelines.core.paths import REPORT_FILE, RUN_SUMMARY, RunPaths
-from pipelines.ops import finish
+from pipelines.ops.nightly import outcome_recorder
+from pipelines.run.airflow import finish_dag_run
 from pipelines.spec.loading import load_spec
 from tests.conftest import recording_webhook, running_pushgateway
 
@@ -143,13 +144,14 @@ def _dag_run(states: dict[str, str]):
 
 def _finish(spec, paths, states: dict[str, str]):
     lines: list[str] = []
-    result = finish.finish_dag_run(
+    result = finish_dag_run(
         spec.to_yaml_dict(),
         str(paths.workdir),
         _dag_run(states),
         ds=NIGHT,
         echo=lines.append,
         final_task_id="conveyor_finish",
+        record_outcome=outcome_recorder,
     )
     return result, lines
 
@@ -535,10 +537,3 @@ def test_the_report_reads_an_airflow_run_back(night):
     nodes = read_run_artifacts(open_store(spec, paths.metadata_path), run_id)
     assert nodes["csv_example_gen"].output("examples").get("span") == SPAN
     assert Path(nodes["csv_example_gen"].output("examples").uri).name == "1"
-
-
-def test_the_findings_file_is_named_as_the_data_gate_writes_it():
-    from components.data_gate.component import FINDINGS_FILE
-    from pipelines.run.local import GATE_FINDINGS_FILE
-
-    assert GATE_FINDINGS_FILE == FINDINGS_FILE

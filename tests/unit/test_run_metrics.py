@@ -1,4 +1,4 @@
-"""A finished run's Prometheus metrics (pipelines/ops/metrics.py), from a RunResult and a small
+"""A finished run's Prometheus metrics (pipelines/finish/metrics.py), from a RunResult and a small
 SQLite ML Metadata store written here the way TFX records a run: what the node-exporter
 textfile holds (parsed with prometheus_client's own parser), what a real Pushgateway
 (Debian's `prometheus-pushgateway`, on 127.0.0.1) serves after a push, that a push replaces the
@@ -18,10 +18,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from tensorflow_metadata.proto.v0 import statistics_pb2
 
 from pipelines.core.metadata import NodeRecord, connection_config
-from pipelines.core.outcome import Outcome, RunResult
+from pipelines.core.outcome import Outcome, Reason, RunResult
 from pipelines.core.paths import RunPaths
-from pipelines.ops import finish, metrics, report
-from pipelines.run.plan import Run
+from pipelines.finish import artifacts, metrics
+from pipelines.finish.contract import RunFacts, Stop, finish_run
 from pipelines.spec.loading import LoadedSpec, load_spec
 from tests.conftest import running_pushgateway
 
@@ -263,11 +263,11 @@ def test_an_unreachable_pushgateway_is_a_warning_that_never_shows_its_url(
     secret = f"http://user:s3cret@127.0.0.1:{_free_port()}/"
     monkeypatch.setenv(URL_ENV, secret)
     lines: list[str] = []
-    planned = Run(LoadedSpec(paths.spec, "ci", ("test",)), paths, None)
-    result = _blocked(paths)
-    paths.run_dir(RUN_ID).mkdir(parents=True)
+    blocked = _blocked(paths)
+    stop = Stop(Reason.DATA_GATE_BLOCKED, blocked.message, blocked.data_gate)
+    facts = RunFacts(LoadedSpec(paths.spec, "ci", ("test",)), paths, RUN_ID, stop=stop)
 
-    finish.finish(planned, result, {}, lines.append)  # the run finishes: nothing raised
+    result = finish_run(facts, lines.append)  # the run finishes: nothing raised
 
     [warning] = [line for line in lines if "Pushgateway" in line]
     assert warning.startswith(f"warning: metrics not pushed to the Pushgateway in ${URL_ENV}: ")
@@ -327,7 +327,7 @@ def test_the_evaluation_is_exported_per_slice_for_candidate_and_baseline(
     # TFMA's reader of the Evaluator's files, on real protos (reading them needs TensorFlow).
     read = []
     monkeypatch.setattr(
-        report, "load_evaluation", lambda uri: (read.append(uri), (evaluation, None))[1]
+        artifacts, "load_evaluation", lambda uri: (read.append(uri), (evaluation, None))[1]
     )
     record, run = recorded
     record.execute(

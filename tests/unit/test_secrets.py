@@ -9,8 +9,8 @@ from absl import logging as absl_logging
 from ml_metadata.proto import metadata_store_pb2
 
 from pipelines.core.paths import RunPaths
+from pipelines.finish import run_folder
 from pipelines.run import local
-from pipelines.run.plan import Run
 from pipelines.spec.loading import load_spec
 
 # Quotes, a backslash and a non-ASCII letter: protobuf's text format escapes each of them.
@@ -42,8 +42,8 @@ def _mode(path) -> int:
 
 
 def test_the_secrets_of_a_run_are_its_password_and_webhook(mysql_spec):
-    assert set(local.run_secrets(mysql_spec)) == {PASSWORD, WEBHOOK}
-    assert local.run_secrets(load_spec("penguin", env="ci").spec) == ()
+    assert set(run_folder.run_secrets(mysql_spec)) == {PASSWORD, WEBHOOK}
+    assert run_folder.run_secrets(load_spec("penguin", env="ci").spec) == ()
 
 
 def test_no_secret_reaches_the_run_log_or_stderr(mysql_spec, tmp_path, capfd):
@@ -54,7 +54,7 @@ def test_no_secret_reaches_the_run_log_or_stderr(mysql_spec, tmp_path, capfd):
     progress = local._ProgressHandler(progress_lines.append)
     config = connection_config(mysql_spec, tmp_path / "unused.sqlite")
     assert isinstance(config, metadata_store_pb2.ConnectionConfig)
-    with local._captured_logs(progress, log_file, local.run_secrets(mysql_spec)):
+    with local._captured_logs(progress, log_file, run_folder.run_secrets(mysql_spec)):
         # What TFX's LocalDagRunner logs at INFO before every run, word for word.
         absl_logging.info("Using connection config:\n %s", config)
         absl_logging.info("Component %s is running.", "trainer")
@@ -81,12 +81,12 @@ def test_no_secret_reaches_the_run_log_or_stderr(mysql_spec, tmp_path, capfd):
 
 def test_a_run_folder_is_its_owners_alone_whatever_the_umask(tmp_path, umask_zero):
     loaded = load_spec("penguin", env="ci")
-    planned = Run(loaded, RunPaths(workdir=tmp_path, spec=loaded.spec), None)
+    paths = RunPaths(workdir=tmp_path, spec=loaded.spec)
 
-    run_dir = local.open_run_dir(planned, "penguin-20261201T020000.000000Z")
+    run_dir = run_folder.open_run_dir(loaded, paths, "penguin-20261201T020000.000000Z")
     with local._captured_logs(local._ProgressHandler(lambda line: None), run_dir / "run.log"):
         absl_logging.info("a line")
-    local._write_private(run_dir / "summary.json", "{}")
+    run_folder.write_private(run_dir / "summary.json", "{}")
 
     assert run_dir == tmp_path / "runs" / "penguin" / "penguin-20261201T020000.000000Z"
     assert _mode(run_dir) == 0o700

@@ -11,9 +11,9 @@ import tensorflow as tf
 
 from components.tflite import executor
 from pipelines.core.metadata import ArtifactRecord, NodeArtifacts
-from pipelines.core.outcome import TFLITE_REFUSAL, Outcome, RunResult
+from pipelines.core.outcome import Outcome, Reason, RunResult
 from pipelines.core.paths import RunPaths
-from pipelines.ops.report import render_report
+from pipelines.finish.report import render_report
 from pipelines.serving_state import versions
 from pipelines.spec.loading import SpecError, load_spec
 from pipelines.spec.models import DEFAULT_COMPONENTS, TFLITE_DEFAULT_TOLERANCE, TfLiteQuantization
@@ -176,7 +176,8 @@ def test_a_required_tflite_refusal_alerts_like_an_infra_refusal():
         run_id="r",
         pipeline="penguin",
         outcome=Outcome.NOT_PUSHED,
-        message=f"{TFLITE_REFUSAL} (push.tflite.required): drift",
+        message="the TF Lite model did not pass (push.tflite.required): drift",
+        reason=Reason.TFLITE_REFUSED,
     )
     assert result.alerts
 

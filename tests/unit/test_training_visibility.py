@@ -13,9 +13,9 @@ import pytest
 from pipelines.core.metadata import ArtifactRecord, NodeArtifacts
 from pipelines.core.outcome import Outcome, RunResult
 from pipelines.core.paths import RunPaths
-from pipelines.ops import charts, report
-from pipelines.ops.charts import ChartRenderer
-from pipelines.ops.training_summary import read_training_log
+from pipelines.finish import charts, report
+from pipelines.finish.charts import ChartRenderer
+from pipelines.finish.training_summary import read_training_log
 from pipelines.spec.loading import SpecError, load_spec
 from tests import toy as toy_data
 
@@ -137,7 +137,7 @@ def test_reading_the_summary_does_not_import_tensorflow(trained):
     model_run, _ = trained
     code = (
         "import sys\n"
-        "from pipelines.ops.training_summary import read_training_log\n"
+        "from pipelines.finish.training_summary import read_training_log\n"
         f"found = read_training_log({str(model_run)!r})\n"
         "assert found.train_loss() and found.traces\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] == 'tensorflow'))\n"

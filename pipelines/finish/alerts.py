@@ -25,13 +25,15 @@ TIMEOUT_SECONDS = 10.0
 
 
 def alert_payload(result: Any) -> dict[str, Any]:
-    """The JSON body POSTed for a run (a `pipelines.run.local.RunResult`)."""
+    """The JSON body POSTed for a run (a `RunResult`): `reason` is its message in words,
+    `reason_code` its `Reason` code, what a receiver should switch on."""
     report = Path(result.run_dir) / REPORT_FILE if result.run_dir else None
     return {
         "pipeline": result.pipeline,
         "run_id": result.run_id,
         "outcome": result.outcome,
         "reason": result.message,
+        "reason_code": result.reason,
         "night": result.night,
         "span": result.span,
         "report": str(report) if report is not None and report.is_file() else None,

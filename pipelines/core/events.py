@@ -60,7 +60,7 @@ class JsonLog:
 
     An `Event` becomes `{"time", "event", **fields, "message"}`; any other line
     `{"time", "event": "message", "message"}`. `redact` masks secrets in the written line
-    (the run's, see `pipelines.run.local.redact`); it sees the JSON text, so it must match a
+    (the run's, see `pipelines.finish.run_folder.redact`); it sees the JSON text, so it must match a
     secret as JSON escapes it too.
     """
 

@@ -7,9 +7,10 @@ the data statistics of every split, the data gate's anomalies, drift and skew, t
 every slice for the candidate against the baseline with the thresholds that failed, and the push.
 A run that stopped early shows what exists and says what does not.
 
-This module prepares the page's data as plain dataclasses; the markup is the jinja2 templates in
-`pipelines/ops/templates/` (autoescaped, so a message or a column name is text, never markup).
-The page has inline CSS, no scripts and no external URLs. Its charts (`pipelines.ops.charts`:
+This module prepares the page's data as plain dataclasses from what the artifact readers
+(`pipelines.finish.artifacts`) return; the markup is the jinja2 templates in
+`pipelines/finish/templates/` (autoescaped, so a message or a column name is text, never markup).
+The page has inline CSS, no scripts and no external URLs. Its charts (`pipelines.finish.charts`:
 distributions per feature, top values, metrics per slice, seconds per component, the loss by
 training step from the Trainer's TensorBoard summary) are inline SVG drawn with matplotlib,
 imported only when the first chart is drawn; a chart that cannot be drawn is left out, never a
@@ -24,10 +25,7 @@ from __future__ import annotations
 
 import datetime
 import functools
-import logging
-import re
 import shlex
-import warnings
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,11 +40,11 @@ from pipelines.core.metadata import (
     find_output,
     open_store,
     read_run_artifacts,
-    statistics_file,
 )
-from pipelines.core.outcome import Outcome, RunResult
+from pipelines.core.outcome import Outcome, Reason, RunResult
 from pipelines.core.paths import REPORT_FILE, RunPaths, find_run_dirs, recent_run_dirs
-from pipelines.ops.charts import ChartRenderer, Frequencies, Histogram
+from pipelines.finish import artifacts
+from pipelines.finish.charts import ChartRenderer, Frequencies, Histogram
 
 TOP_VALUES = 5
 TEMPLATES_DIR = Path(__file__).parent / "templates"
@@ -89,6 +87,7 @@ class Summary:
     pipeline: str
     run_id: str | None
     outcome: Badge
+    reason: str  # the run's reason code (`pipelines.core.outcome.Reason`)
     message: str
     night: str | None
     span: int | None
@@ -253,10 +252,11 @@ _PASSED = Badge("passed", "ok")
 _BLOCKED = Badge("blocked", "bad")
 
 
-def _outcome_badge(outcome: Outcome) -> Badge:
+def _outcome_badge(result: RunResult) -> Badge:
     # Green for a new version, amber for a run that kept serving as it was, red for one that
-    # alerts operators.
-    kind = "bad" if outcome.alerts else "ok" if outcome is Outcome.PUSHED else "warn"
+    # alerts operators (its reason code says so: a model the infra validator refused too).
+    outcome = Outcome(result.outcome)
+    kind = "bad" if result.alerts else "ok" if outcome is Outcome.PUSHED else "warn"
     return Badge(outcome.label, kind)
 
 
@@ -264,7 +264,8 @@ def _summary(result: RunResult, paths: RunPaths) -> Summary:
     return Summary(
         pipeline=result.pipeline,
         run_id=result.run_id,
-        outcome=_outcome_badge(Outcome(result.outcome)),
+        outcome=_outcome_badge(result),
+        reason=Reason(result.reason).value,
         message=result.message,
         night=result.night,
         span=result.span,
@@ -417,69 +418,25 @@ _STATISTICS_HEADERS = (
 )
 
 
-def _read_statistics(uri: str, split: str):
-    """One split's first DatasetFeatureStatistics, or None when the split has no file."""
-    from tensorflow_metadata.proto.v0 import statistics_pb2
-
-    path = statistics_file(uri, split)
-    if not path.is_file():
-        return None
-    stats = statistics_pb2.DatasetFeatureStatisticsList()
-    stats.ParseFromString(path.read_bytes())
-    return stats.datasets[0] if stats.datasets else None
-
-
-def _split_names(artifact: ArtifactRecord) -> list[str]:
-    return artifact.split_names() or sorted(
-        p.name[len("Split-") :] for p in Path(artifact.uri).glob("Split-*")
-    )
-
-
 def _statistics(nodes: dict[str, NodeArtifacts], charts: ChartRenderer) -> Statistics:
     node, artifact = find_output(nodes, "ExampleStatistics")
     if artifact is None:
         return Statistics(uri=None)
     section = Statistics(uri=artifact.uri, cached=node.cached)
     datasets = {}
-    for split in _split_names(artifact):
-        dataset = _read_statistics(artifact.uri, split)
+    for split in artifacts.split_names(artifact):
+        dataset = artifacts.read_statistics(artifact.uri, split)
         if dataset is None:
             section.splits.append(SplitStatistics(split))
             continue
         datasets[split] = dataset
         table = _table(_STATISTICS_HEADERS, _feature_rows(dataset), numeric=range(2, 9))
         section.splits.append(SplitStatistics(split, _num(int(dataset.num_examples)), table))
-    reference = _drift_reference(nodes, list(datasets))
+    reference = artifacts.drift_reference(nodes, list(datasets))
     if reference is not None:
         section.reference = reference[0]
     section.charts = _distribution_charts(datasets, reference, charts)
     return section
-
-
-def _drift_reference(nodes: dict[str, NodeArtifacts], splits: list[str]):
-    """(what it is, its statistics) of the split the data gate measured drift against: the
-    same split of the statistics the gate was given as `previous_statistics`; None when the
-    gate had none (a first run, no drift configured) or its file is gone."""
-    gate = next((n for n in nodes.values() if n.input("previous_statistics")), None)
-    if gate is None:
-        return None
-    artifact = gate.input("previous_statistics")
-    names = _split_names(artifact)
-    split = next((s for s in splits if s in names), names[0] if names else None)
-    dataset = _read_statistics(artifact.uri, split) if split else None
-    if dataset is None:
-        return None
-    return f"split {split} of statistics artifact {artifact.id}", dataset
-
-
-def _feature_stats(dataset) -> dict[str, Any]:
-    """Feature name -> its numeric or string statistics (other kinds are not charted)."""
-    found = {}
-    for feature in dataset.features:
-        kind = feature.WhichOneof("stats")
-        if kind in ("num_stats", "string_stats"):
-            found[".".join(feature.path.step) or feature.name] = getattr(feature, kind)
-    return found
 
 
 def _histogram(label: str, stats, reference: bool = False) -> Histogram | None:
@@ -505,8 +462,8 @@ def _frequencies(label: str, stats, reference: bool = False) -> Frequencies:
 def _distribution_charts(datasets: dict, reference, charts: ChartRenderer) -> list[FeatureChart]:
     """One chart per feature: a numeric feature's histograms, a string feature's top values,
     each split overlaid with the drift reference; a feature without one draws nothing."""
-    by_split = {split: _feature_stats(dataset) for split, dataset in datasets.items()}
-    reference_stats = _feature_stats(reference[1]) if reference is not None else {}
+    by_split = {split: artifacts.feature_stats(dataset) for split, dataset in datasets.items()}
+    reference_stats = artifacts.feature_stats(reference[1]) if reference is not None else {}
     features = sorted({name for stats in by_split.values() for name in stats})
     drawn = []
     for feature in features:
@@ -559,24 +516,9 @@ def _gate_table(kind: str, entries: list[dict] | None) -> GateTable:
 def validator_anomalies(nodes: dict[str, NodeArtifacts]) -> GateTable | None:
     """ExampleValidator's own findings, for a run whose runner did not report the gate; None
     when ExampleValidator did not run."""
-    from tensorflow_metadata.proto.v0 import anomalies_pb2
-
-    _, artifact = find_output(nodes, "ExampleAnomalies")
-    if artifact is None:
+    rows = artifacts.validator_anomaly_rows(nodes)
+    if rows is None:
         return None
-    rows = []
-    for split_dir in sorted(Path(artifact.uri).glob("Split-*")):
-        path = split_dir / "SchemaDiff.pb"
-        if not path.is_file():
-            continue
-        anomalies = anomalies_pb2.Anomalies()
-        anomalies.ParseFromString(path.read_bytes())
-        split = split_dir.name[len("Split-") :]
-        for column, info in sorted(anomalies.anomaly_info.items()):
-            rows.append((column, split, info.short_description, info.description))
-        if anomalies.HasField("dataset_anomaly_info"):
-            info = anomalies.dataset_anomaly_info
-            rows.append(("(dataset)", split, info.short_description, info.description))
     table = _table(("column", "split", "anomaly", "description"), rows) if rows else None
     return GateTable("ExampleValidator anomalies", table)
 
@@ -595,30 +537,10 @@ def _data_gate(result: RunResult, nodes: dict[str, NodeArtifacts]) -> DataGate:
     )
 
 
-def keras_metric_name(class_name: str) -> str:
-    """Keras's default metric name for a metric class: SparseCategoricalAccuracy ->
-    sparse_categorical_accuracy, AUC -> auc."""
-    name = re.sub(r"(.)([A-Z][a-z]+)", r"\1_\2", class_name)
-    return re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", name).lower()
-
-
-def slice_name(slice_key) -> str:
-    """A TFMA slice key as the report names it: `all examples`, or `column = value` pairs
-    joined by commas (the run metrics label slices from it)."""
-    parts = []
-    for key in slice_key.single_slice_keys:
-        kind = key.WhichOneof("kind")
-        value = getattr(key, kind) if kind else ""
-        if isinstance(value, bytes):
-            value = value.decode("utf-8", "replace")
-        parts.append(f"{key.column} = {value}")
-    return ", ".join(parts) or "all examples"
-
-
 def _threshold_text(spec, metric_name: str) -> tuple[str, str]:
     """(class name, the spec's thresholds as text) for a TFMA metric name."""
     for metric in spec.evaluation.metrics:
-        if keras_metric_name(metric.name) == metric_name or metric.name == metric_name:
+        if artifacts.keras_metric_name(metric.name) == metric_name or metric.name == metric_name:
             bounds = []
             if metric.lower_bound is not None:
                 bounds.append(f">= {metric.lower_bound}")
@@ -644,29 +566,9 @@ def _declared_metric(spec, metric_name: str):
     None for a metric the spec does not name (example_count, say)."""
     base = metric_name.split(" [", 1)[0]
     for metric in spec.evaluation.metrics:
-        if base in (keras_metric_name(metric.name), metric.name):
+        if base in (artifacts.keras_metric_name(metric.name), metric.name):
             return metric
     return None
-
-
-def load_evaluation(uri: str):
-    """(metrics per slice, validation result) from an Evaluator output, quietly."""
-    tf_logger = logging.getLogger("tensorflow")
-    level = tf_logger.level
-    tf_logger.setLevel(logging.ERROR)  # deprecation notices from TFMA's own reader
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            import tensorflow_model_analysis as tfma
-
-            metrics = list(tfma.load_metrics(uri))
-            try:
-                validation = tfma.load_validation_result(uri)
-            except Exception:  # an evaluation without thresholds writes no validation file
-                validation = None
-    finally:
-        tf_logger.setLevel(level)
-    return metrics, validation
 
 
 def _failure_text(failure) -> str:
@@ -723,7 +625,7 @@ def _evaluation(
         return Evaluation(missing=why)
     section = Evaluation(notes=_evaluation_notes(node), uri=artifact.uri)
     try:
-        per_slice, validation = load_evaluation(artifact.uri)
+        per_slice, validation = artifacts.load_evaluation(artifact.uri)
     except Exception as err:  # a report must not fail on a damaged or foreign evaluation
         section.read_error = str(err)
         return section
@@ -733,8 +635,8 @@ def _evaluation(
         for per in validation.metric_validations_per_slice:
             for failure in per.failures:
                 key = failure.metric_key
-                failures[(slice_name(per.slice_key), key.name, str(key.is_diff))] = _failure_text(
-                    failure
+                failures[(artifacts.slice_name(per.slice_key), key.name, str(key.is_diff))] = (
+                    _failure_text(failure)
                 )
         section.verdict = (
             Badge("thresholds met", "ok")
@@ -746,7 +648,7 @@ def _evaluation(
         section.rubber_stamp = bool(validation.rubber_stamp)
 
     def sort_key(entry):
-        name = slice_name(entry.slice_key)
+        name = artifacts.slice_name(entry.slice_key)
         return (name != "all examples", name)
 
     rows = []
@@ -760,7 +662,7 @@ def _evaluation(
             role = "diff" if key.is_diff else (key.model_name or "candidate")
             label = key.name + (f" [{key.output_name}]" if key.output_name else "")
             values.setdefault(label, {})[role] = item.value.double_value.value
-        shown = slice_name(metrics.slice_key)
+        shown = artifacts.slice_name(metrics.slice_key)
         for name in sorted(values):
             got = values[name]
             by_metric.setdefault(name, []).append(
@@ -800,10 +702,10 @@ def _evaluation(
 
 
 def _training(nodes: dict[str, NodeArtifacts], charts: ChartRenderer) -> Training:
-    """The Trainer's ModelRun folder read back (pipelines.ops.training_summary): Conveyor's
+    """The Trainer's ModelRun folder read back (pipelines.finish.training_summary): Conveyor's
     trainer writes its summary there with Keras' TensorBoard callback; a run_fn module writes
     there what it chooses to."""
-    from pipelines.ops.training_summary import read_training_log
+    from pipelines.finish.training_summary import read_training_log
 
     node, model_run = find_output(nodes, "ModelRun")
     if model_run is None:
@@ -952,17 +854,22 @@ def render_report(result: RunResult, paths: RunPaths, nodes: dict[str, NodeArtif
     return templates().get_template(TEMPLATE).render(page=report_page(result, paths, nodes))
 
 
-def write_report(result: RunResult, paths: RunPaths) -> Path:
+def write_report(
+    result: RunResult, paths: RunPaths, nodes: dict[str, NodeArtifacts] | None = None
+) -> Path:
     """Writes `<result.run_dir>/report.html` for a finished run and returns its path.
 
     Args:
       result: the run's `RunResult` (with `run_dir` set).
       paths: the run's `RunPaths` (its metadata store, serving directory and spec).
+      nodes: the run's nodes; None reads them from ML Metadata ({}: a run whose store Conveyor
+        cannot read, whose page carries what its result says).
     """
     if not result.run_dir:  # never the current directory: a run without a folder has no page
         raise ValueError(f"run {result.run_id} has no run folder to write its report into")
-    store = open_store(paths.spec, paths.metadata_path)
-    nodes = read_run_artifacts(store, result.run_id) if store is not None else {}
+    if nodes is None:
+        store = open_store(paths.spec, paths.metadata_path)
+        nodes = read_run_artifacts(store, result.run_id) if store is not None else {}
     target = Path(result.run_dir) / REPORT_FILE
     partial = target.with_name(REPORT_FILE + ".partial")
     partial.write_text(render_report(result, paths, nodes), encoding="utf-8")

@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from components.trainer.features import SUMMARY_FILE
+from pipelines.core.artifact_files import TRAINING_SUMMARY_FILE
 
 TRAIN_LOSS = ("train", "batch_loss")
 VALIDATION_LOSS = ("validation", "evaluation_loss_vs_iterations")
@@ -67,7 +67,7 @@ def read_training_log(log_dir: str | Path) -> TrainingLog:
     files reads as empty, and a damaged event file is read up to its damage."""
     root = Path(log_dir)
     found = TrainingLog(log_dir=root, traces=sorted(root.glob(TRACE_PATTERN)))
-    summary = root / SUMMARY_FILE
+    summary = root / TRAINING_SUMMARY_FILE
     if summary.is_file():
         found.summary = json.loads(summary.read_text())
     by_step: dict[tuple[str, str], dict[int, float]] = {}

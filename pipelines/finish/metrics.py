@@ -1,7 +1,7 @@
 """Prometheus metrics of each finished run, for the dashboards and alert rules in `monitoring/`.
 
-`finish` (pipelines/ops/finish.py) calls `export_run_metrics` for every run, whoever ran it.
-The metrics are gathered into a registry of their own per run, with the official client
+`finish_run` (pipelines/finish/contract.py) calls `export_run_metrics` for every run, whoever
+ran it. The metrics are gathered into a registry of their own per run, with the official client
 (`prometheus_client`), from the run's `RunResult` and what ML Metadata holds for it (read
 with `pipelines.core.metadata`, as the run report reads it), then go to the sinks
 `runtime.metrics` names:
@@ -17,8 +17,9 @@ Every metric is a gauge of the run's state: a run is one event, and the sinks ke
 run's values until the next run replaces them (a counter would need state across runs that a
 Pushgateway group or a textfile does not keep). Names follow Prometheus' conventions: the
 `conveyor_` prefix, the unit in the name (`_seconds`, `_rows`), base units, and labels of low
-cardinality only (pipeline, component, split, column, measure, metric, slice, model, outcome):
-never a run id, a night or a version, which are values.
+cardinality only (pipeline, component, split, column, measure, metric, slice, model, outcome,
+reason: a `Reason` code, never the message): never a run id, a night or a version, which are
+values.
 
 A sink that fails is a warning line, never a failed run: metrics are news of the run, like its
 alert.
@@ -40,11 +41,11 @@ from pipelines.core.metadata import (
     find_output,
     open_store,
     read_run_artifacts,
-    statistics_file,
     successful_pushes,
 )
-from pipelines.core.outcome import Outcome, RunResult
+from pipelines.core.outcome import Outcome, Reason, RunResult
 from pipelines.core.paths import RunPaths
+from pipelines.finish import artifacts
 from pipelines.spec.models import PipelineSpec
 
 PREFIX = "conveyor_"
@@ -74,6 +75,12 @@ class RunMetrics:
             "1 for the outcome of the pipeline's last run (pushed, not_pushed, blocked, "
             "failed), 0 for the others.",
             "outcome",
+        )
+        self.reason = gauge(
+            "run_reason",
+            "1 for the reason code of the pipeline's last run (pushed, model_not_blessed, "
+            "infra_refused, data_gate_blocked, component_failed...), 0 for the others.",
+            "reason",
         )
         self.finished = gauge(
             "run_finished_timestamp_seconds", "When the pipeline's last run finished (Unix time)."
@@ -182,9 +189,7 @@ def run_metric_names() -> set[str]:
 def slice_label(slice_key) -> str:
     """A TFMA slice key as a label value: `overall` for the whole set, else `column=value`
     pairs joined by `,` (the report's words, without spaces)."""
-    from pipelines.ops.report import slice_name
-
-    name = slice_name(slice_key)
+    name = artifacts.slice_name(slice_key)
     if name == "all examples":
         return OVERALL_SLICE
     return name.replace(" = ", "=").replace(", ", ",")
@@ -260,6 +265,8 @@ def result_metrics(
     pipeline = result.pipeline
     outcomes = [Outcome(result.outcome)] if possible_outcomes is None else possible_outcomes
     set_outcome(metrics, pipeline, outcomes)
+    for each in Reason:
+        metrics.reason.labels(pipeline, each.value).set(each is Reason(result.reason))
     metrics.finished.labels(pipeline).set(time.time() if now is None else now)
     if result.pipeline_seconds is not None:
         metrics.duration.labels(pipeline).set(result.pipeline_seconds)
@@ -270,10 +277,9 @@ def result_metrics(
         metrics.component_cached.labels(pipeline, node.node_id).set(node.state == "cached")
     for metric in spec.evaluation.metrics:
         if metric.lower_bound is not None:
-            from pipelines.ops.report import keras_metric_name
-
             bound = metric.lower_bound
-            metrics.lower_bound.labels(pipeline, keras_metric_name(metric.name)).set(bound)
+            name = artifacts.keras_metric_name(metric.name)
+            metrics.lower_bound.labels(pipeline, name).set(bound)
     return metrics
 
 
@@ -289,21 +295,12 @@ def set_last_push(
 
 def _rows(metrics: RunMetrics, pipeline: str, nodes: dict[str, NodeArtifacts]) -> list[str]:
     """Sets the rows of each split StatisticsGen counted; returns the splits."""
-    from tensorflow_metadata.proto.v0 import statistics_pb2
-
     _, artifact = find_output(nodes, "ExampleStatistics")
     if artifact is None:
         return []
-    splits = artifact.split_names()
-    for split in splits:
-        path = statistics_file(artifact.uri, split)
-        if not path.is_file():
-            continue
-        statistics = statistics_pb2.DatasetFeatureStatisticsList()
-        statistics.ParseFromString(path.read_bytes())
-        rows = sum(int(dataset.num_examples) for dataset in statistics.datasets)
+    for split, rows in artifacts.split_rows(artifact).items():
         metrics.rows.labels(pipeline, split).set(rows)
-    return splits
+    return artifact.split_names()
 
 
 def _data_gate(
@@ -319,12 +316,10 @@ def _data_gate(
     if gate:
         anomalies = [entry.get("split") or "" for entry in gate.get("anomalies") or []]
     else:
-        from pipelines.ops.report import validator_anomalies
-
-        found = validator_anomalies(nodes)
+        found = artifacts.validator_anomaly_rows(nodes)
         if found is None:
             return
-        anomalies = [row[1] for row in (found.table.rows if found.table else [])]
+        anomalies = [row[1] for row in found]
     for split in sorted(set(splits) | set(anomalies)):
         metrics.anomalies.labels(pipeline, split).set(anomalies.count(split))
     for kind, distance, threshold in (
@@ -341,12 +336,10 @@ def _data_gate(
 
 def _evaluation(metrics: RunMetrics, pipeline: str, nodes: dict[str, NodeArtifacts]) -> None:
     """The Evaluator's scalar metrics per slice, for the candidate and the baseline."""
-    from pipelines.ops.report import load_evaluation
-
     _, artifact = find_output(nodes, "ModelEvaluation")
     if artifact is None:
         return
-    per_slice, _ = load_evaluation(artifact.uri)
+    per_slice, _ = artifacts.load_evaluation(artifact.uri)
     for slice_metrics in per_slice:
         slice_name = slice_label(slice_metrics.slice_key)
         for item in slice_metrics.metric_keys_and_values:

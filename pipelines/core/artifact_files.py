@@ -1,0 +1,11 @@
+"""Names of what components write that other layers read back, each named once.
+
+The run's finish, the local runner and the history page read a data gate's findings and a
+trainer's summary without importing the component that wrote them (which imports TFX and
+TensorFlow), so the names live on the floor under both.
+"""
+
+DATA_GATE_TYPE = "data_gate"  # the spec's component type of the data gate
+GATE_FINDINGS_KEY = "findings"  # the data gate's output key: TFX names its folder after it
+GATE_FINDINGS_FILE = "findings.json"  # what the data gate writes in that folder
+TRAINING_SUMMARY_FILE = "training_summary.json"  # the trainer's summary in its ModelRun folder
