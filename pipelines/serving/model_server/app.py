@@ -66,6 +66,11 @@ class RestHandler:
             status, payload = 200, json_tensor.dumps(answer)
         except ServingError as err:
             status, payload = err.http_status, json_tensor.error_body(err)
+        except RecursionError:
+            # A body nested deeper than the conversion goes (past the parsers, json_tensor
+            # refuses it itself): TF Serving's 400 and error body, not a 500 from the server.
+            error = invalid_argument(json_tensor.NESTED_TOO_DEEPLY)
+            status, payload = error.http_status, json_tensor.error_body(error)
         model = seen["model"]
         if model not in self._repository.snapshot.models:
             model = ""  # a name the server does not serve: not a label value of its own

@@ -1,26 +1,33 @@
-"""TF Serving's JSON mapping, as `tensorflow_serving/util/json_tensor.cc` implements it: request
-bodies into tensors (predict) or serialized tf.Examples (classify, regress), and results back
-into the JSON TF Serving answers with.
+"""TF Serving's JSON mapping, as `tensorflow_serving/util/json_tensor.cc` implements it (TF Serving
+2.16): request bodies into tensors (predict) or serialized tf.Examples (classify, regress), and
+results back into the JSON TF Serving answers with.
 
 The checks, their order and their messages follow json_tensor.cc, so a request TF Serving
-refuses is refused here with the same words. Two differences remain: JSON syntax errors carry
-Python's parser message instead of rapidjson's (both start "JSON Parse error:"), and numbers are
-written in the shortest round-trip form of the float32, where TF Serving writes "%g" or "%.9g":
-the same float32 either way.
+refuses is refused here with the same words: JSON values quoted as rapidjson's PrettyWriter
+writes them (`show`), JSON syntax errors in rapidjson's words and byte offsets. Any JSON number
+goes into a float input (an integer as the nearest float, a float beyond float32's range as an
+infinity, as rapidjson's GetFloat makes them); numbers are written as TF Serving writes them
+(absl's StrCat: "%g", or "%.9g" / "%.17g" when six digits do not give the value back, and ".0"
+on whole numbers: `9e+06`, `0.333333343`, `3.0`). Answers are written compactly, where TF
+Serving pretty-prints: the same JSON, not the same whitespace.
 
 Bodies are read and answers written with orjson (its C parser and writer cost a fraction of the
 `json` module's per request), and with the `json` module whenever orjson would differ: a body
-orjson refuses (NaN and Infinity, which TF Serving accepts, integers past 64 bits, another
-encoding) is parsed again by `json`, which accepts it or words the error; an answer holding
-NaN or Infinity (orjson writes them as null) is written by `json`.
+orjson refuses (NaN and Infinity, which TF Serving accepts, integers past 64 bits, nesting past
+its depth, another encoding) is parsed again by `json`, which accepts it or locates the error.
+A body nested deeper than the parsers go is refused as a parse error (TF Serving 2.16's
+recursive parser overflows its stack on one; later releases parse it iteratively).
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import decimal
 import json
 import math
+import re
+import struct
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -78,14 +85,17 @@ NUMPY_DTYPES = {
     DT_UINT64: np.uint64,
 }
 _INT32_TYPES = (DT_INT32, DT_INT16, DT_INT8, DT_UINT8)
-# The largest integers a float or double holds exactly (json_tensor.cc's IsLosslessDecimal).
-_EXACT_INT = {DT_FLOAT: (1 << 24) - 1, DT_DOUBLE: (1 << 53) - 1}
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
+# rapidjson's Value::IsFloat: a double in this range is quoted as the float it converts to.
+_QUOTED_AS_FLOAT = 3.4028234e38
+# Integers up to this size are doubles exactly: numpy converts them as rapidjson's GetDouble
+# (then GetFloat) does. Larger ones are converted through a Python float, as the double it is.
+_EXACT_INT = 1 << 53
 # For the fast path of row-format requests: the Python types a scalar of each dtype may have,
 # and the range an int must lie in (as `_scalar` checks them).
 _SCALAR_LIMITS = {
-    DT_FLOAT: ((float, int), -_EXACT_INT[DT_FLOAT], _EXACT_INT[DT_FLOAT]),
-    DT_DOUBLE: ((float, int), -_EXACT_INT[DT_DOUBLE], _EXACT_INT[DT_DOUBLE]),
+    DT_FLOAT: ((float, int), -_EXACT_INT, _EXACT_INT),
+    DT_DOUBLE: ((float, int), -_EXACT_INT, _EXACT_INT),
     DT_INT32: ((int,), -(1 << 31), (1 << 31) - 1),
     DT_INT16: ((int,), -(1 << 31), (1 << 31) - 1),
     DT_INT8: ((int,), -(1 << 31), (1 << 31) - 1),
@@ -95,6 +105,8 @@ _SCALAR_LIMITS = {
     DT_UINT64: ((int,), 0, (1 << 64) - 1),
     DT_BOOL: ((bool,), 0, 1),
 }
+# The message for a body nested deeper than the parsers (or the conversion) go.
+NESTED_TOO_DEEPLY = "JSON Parse error: The document is nested too deeply."
 
 
 def dtype_name(dtype: int) -> str:
@@ -103,8 +115,97 @@ def dtype_name(dtype: int) -> str:
 
 
 def show(value: Any) -> str:
-    """A JSON value as error messages quote it."""
-    return json.dumps(value, allow_nan=True)
+    """A JSON value as TF Serving's error messages quote it (JsonValueToString): rapidjson's
+    PrettyWriter (four-space indents, `"key": value`), a number alone as WriteDecimal writes
+    it; a NaN or an infinity inside a value ends the text there, as the writer stops on one."""
+    if type(value) is float:
+        if -_QUOTED_AS_FLOAT <= value <= _QUOTED_AS_FLOAT:
+            return float32_text(float(np.float32(value)))
+        return float64_text(value)
+    out: list[str] = []
+    try:
+        _pretty(value, 0, out)
+    except _WriterStopped:
+        pass
+    return "".join(out)
+
+
+class _WriterStopped(Exception):
+    """rapidjson's Writer refused a value (NaN or an infinity): it writes nothing more."""
+
+
+# A \u00xx escape `json` wrote (after an even run of backslashes: not an escaped backslash).
+_CONTROL_ESCAPE = re.compile(r"(?<!\\)((?:\\\\)*)\\u00([0-9a-f]{2})")
+
+
+def _string_text(text: str) -> str:
+    """A string as rapidjson's Writer writes it: UTF-8 as it is, quotes, backslashes and control
+    characters escaped (\\u00XX in upper case)."""
+    written = json.dumps(text, ensure_ascii=False)
+    if "\\u00" in written:
+        written = _CONTROL_ESCAPE.sub(lambda m: m.group(1) + "\\u00" + m.group(2).upper(), written)
+    return written
+
+
+def _pretty(value: Any, level: int, out: list[str]) -> None:
+    if isinstance(value, dict):
+        if not value:
+            out.append("{}")
+            return
+        out.append("{")
+        for index, (key, item) in enumerate(value.items()):
+            out.append(",\n" if index else "\n")
+            out.append("    " * (level + 1) + _string_text(key) + ": ")
+            _pretty(item, level + 1, out)
+        out.append("\n" + "    " * level + "}")
+    elif isinstance(value, list):
+        if not value:
+            out.append("[]")
+            return
+        out.append("[")
+        for index, item in enumerate(value):
+            out.append(",\n" if index else "\n")
+            out.append("    " * (level + 1))
+            _pretty(item, level + 1, out)
+        out.append("\n" + "    " * level + "]")
+    elif isinstance(value, str):
+        out.append(_string_text(value))
+    elif value is True or value is False or value is None:
+        out.append({True: "true", False: "false", None: "null"}[value])
+    elif isinstance(value, int) and -(1 << 63) <= value < (1 << 64):
+        out.append(str(value))
+    else:  # a float, or an integer past 64 bits (rapidjson holds it as a double)
+        try:
+            number = float(value)
+        except OverflowError:
+            raise _WriterStopped from None
+        if not math.isfinite(number):
+            raise _WriterStopped
+        out.append(_rapidjson_double(number))
+
+
+def _rapidjson_double(value: float) -> str:
+    """rapidjson's Writer::Double: the shortest digits, laid out by its Prettify (positional up
+    to 21 digits, `1e30` / `1.5e-7` beyond, ".0" on whole numbers)."""
+    if value == 0:
+        return "-0.0" if math.copysign(1.0, value) < 0 else "0.0"
+    sign = "-" if value < 0 else ""
+    _, digit_tuple, exponent = decimal.Decimal(repr(abs(value))).as_tuple()
+    digits = "".join(map(str, digit_tuple)).rstrip("0")
+    exponent += len(digit_tuple) - len(digits)
+    length, k = len(digits), exponent
+    kk = length + k
+    if 0 <= k and kk <= 21:
+        text = digits + "0" * k + ".0"
+    elif 0 < kk <= 21:
+        text = digits[:kk] + "." + digits[kk:]
+    elif -6 < kk <= 0:
+        text = "0." + "0" * -kk + digits
+    elif length == 1:
+        text = f"{digits}e{kk - 1}"
+    else:
+        text = f"{digits[0]}.{digits[1:]}e{kk - 1}"
+    return sign + text
 
 
 def _json_type(value: Any) -> str:
@@ -130,12 +231,6 @@ def _type_error(value: Any, dtype: int) -> ServingError:
     )
 
 
-def _lossy(value: Any, target: str) -> ServingError:
-    return invalid_argument(
-        f"Cannot convert JSON value: {show(value)} to {target} without loss of precision."
-    )
-
-
 def _format_error(doc: Any, *parts: str) -> ServingError:
     return invalid_argument(f"JSON Value: {show(doc)} {''.join(parts)}")
 
@@ -150,19 +245,67 @@ def parse_body(body: bytes) -> dict:
     try:
         doc = orjson.loads(body)
     except orjson.JSONDecodeError:
-        doc = _parse_with_json(body)  # the same value, or the error as `json` words it
+        doc = _parse_with_json(body)  # the same value, or the error located by `json`
     if not isinstance(doc, dict):
         raise _format_error(doc, "Is not object")
     return doc
 
 
 def _parse_with_json(body: bytes) -> Any:
+    """The body parsed by the `json` module; its errors worded as rapidjson words them
+    (ParseJson: "JSON Parse error: <GetParseError_En> at offset: <byte offset>")."""
     try:
-        return json.loads(body)
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        where = f" at offset: {err.pos}" if isinstance(err, json.JSONDecodeError) else ""
-        reason = err.msg if isinstance(err, json.JSONDecodeError) else str(err)
-        raise invalid_argument(f"JSON Parse error: {reason}{where}") from None
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise invalid_argument(
+            f"JSON Parse error: Invalid encoding in string. at offset: {err.start}"
+        ) from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as err:
+        reason, position = _rapidjson_error(text, err.msg, err.pos)
+        offset = len(text[:position].encode("utf-8"))
+        raise invalid_argument(f"JSON Parse error: {reason} at offset: {offset}") from None
+    except RecursionError:
+        raise invalid_argument(NESTED_TOO_DEEPLY) from None
+
+
+_STRING_OR_BRACKET = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]')
+
+
+def _rapidjson_error(text: str, message: str, position: int) -> tuple[str, int]:
+    """rapidjson's reason and position for the error `json` reports as `message` at
+    `position` (reader.h: where each of its errors is raised)."""
+    if message == "Expecting value":
+        if not text.strip():
+            return "The document is empty.", len(text)
+        return "Invalid value.", position
+    if message.startswith("Expecting property name"):
+        return "Missing a name for object member.", position
+    if message == "Expecting ':' delimiter":
+        return "Missing a colon after a name of object member.", position
+    if message == "Expecting ',' delimiter":
+        opened = []
+        for match in _STRING_OR_BRACKET.finditer(text, 0, position):
+            token = match.group()
+            if token in "[{":
+                opened.append(token)
+            elif token in "]}" and opened:
+                opened.pop()
+        if opened and opened[-1] == "{":
+            return "Missing a comma or '}' after an object member.", position
+        return "Missing a comma or ']' after an array element.", position
+    if message == "Extra data":
+        return "The document root must not be followed by other values.", position
+    if message.startswith("Unterminated string"):
+        return "Missing a closing quotation mark in string.", len(text)
+    if message.startswith("Invalid control character"):
+        return "Invalid escape character in string.", position
+    if message == "Invalid \\escape":
+        return "Invalid escape character in string.", position
+    if message.startswith("Invalid \\u"):
+        return "Incorrect hex digit after \\u escape in string.", text.rfind("\\", 0, position)
+    return "Invalid value.", position
 
 
 def signature_name(doc: Mapping[str, Any]) -> str:
@@ -196,14 +339,12 @@ def _scalar(value: Any, dtype: int) -> Any:
             f"Conversion of JSON Value: {show(value)} to type: {dtype_name(dtype)}",
         )
     if dtype in (DT_FLOAT, DT_DOUBLE):
+        # Any number (rapidjson's IsNumber): an integer becomes the double it is nearest to,
+        # and a double beyond float32's range an infinity when the tensor is made (GetFloat).
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise _type_error(value, dtype)
-        target = "float" if dtype == DT_FLOAT else "double"
-        if isinstance(value, int):
-            if abs(value) > _EXACT_INT[dtype]:
-                raise _lossy(value, target)
-        elif dtype == DT_FLOAT and math.isfinite(value) and abs(value) > _FLOAT32_MAX:
-            raise _lossy(value, target)
+        if type(value) is int and not -_EXACT_INT <= value <= _EXACT_INT:
+            return _int_as_double(value)
         return value
     if dtype == DT_STRING:
         if not isinstance(value, str):
@@ -230,6 +371,14 @@ def _scalar(value: Any, dtype: int) -> Any:
     if not 0 <= value < (1 << 64):  # DT_UINT64
         raise _type_error(value, dtype)
     return value
+
+
+def _int_as_double(value: int) -> float:
+    """An integer as the double rapidjson holds it as (an infinity past the double range)."""
+    try:
+        return float(value)
+    except OverflowError:
+        return math.copysign(math.inf, value)
 
 
 def _dense_shape(value: Any) -> list[int]:
@@ -283,6 +432,9 @@ def _array(shape: Sequence[int], flat: list, dtype: int) -> np.ndarray:
         array = np.empty(len(flat), dtype=object)
         array[:] = flat
         return array.reshape(shape)
+    if dtype == DT_FLOAT:
+        with np.errstate(over="ignore"):  # a double beyond float32's range: an infinity
+            return np.asarray(flat, dtype=np.float32).reshape(shape)
     return np.asarray(flat, dtype=NUMPY_DTYPES[dtype]).reshape(shape)
 
 
@@ -312,7 +464,7 @@ def predict_inputs(
     if has_instances:
         instances = doc[INSTANCES_KEY]
         if not isinstance(instances, list):
-            raise _format_error(doc, "Excepting 'instances' to be an list/array")
+            raise _format_error(doc, "Expecting 'instances' to be an list/array")
         if not instances:
             raise _format_error(doc, "No values in 'instances' array")
         return _from_instances(instances, input_dtypes), ROW
@@ -374,7 +526,7 @@ def _from_instances(instances: list, input_dtypes: Mapping[str, int]) -> dict[st
             if sorted(element) != names:
                 raise invalid_argument(
                     f"Failed to process element: {index} of 'instances' list. JSON object: "
-                    f"{show(element)} must only have keys: {','.join(names)}"
+                    f"{show(element)} keys must be equal to: {','.join(names)}"
                 )
         else:
             if is_object(element):
@@ -399,10 +551,10 @@ def _scalar_columns(
 ) -> dict[str, np.ndarray] | None:
     """The common case of `_from_instances` at a fraction of its cost: every element an object
     with exactly the signature's inputs, each a scalar its dtype takes as it is (a string for
-    DT_STRING; a float, or an int it holds exactly, for DT_FLOAT and DT_DOUBLE; an int in range
-    for the integer types; a bool for DT_BOOL). The tensors are the ones the general path
-    builds; None when any element is otherwise, and the general path then checks it and words
-    its error."""
+    DT_STRING; a float, within float32's range for DT_FLOAT, or an int a double holds exactly,
+    for DT_FLOAT and DT_DOUBLE; an int in range for the integer types; a bool for DT_BOOL). The
+    tensors are the ones the general path builds; None when any element is otherwise, and the
+    general path then converts it or words its error."""
     width = len(input_dtypes)
     if width == 1 and BASE64_KEY in input_dtypes:
         return None  # {"b64": ...} is a value, not an object: the general path's business
@@ -432,7 +584,7 @@ def _scalar_columns(
         for value in values:
             kind = type(value)
             if kind is float and floats:
-                # A finite float past float32's range is refused by the general path.
+                # A finite float past float32's range becomes an infinity in the general path.
                 if float32 and (value > _FLOAT32_MAX or value < -_FLOAT32_MAX):
                     if math.isfinite(value):
                         return None
@@ -523,15 +675,21 @@ def _add_to_feature(value: Any, name: str, feature: Any) -> None:
     elif isinstance(value, str):
         expect("bytes_list")
         feature.bytes_list.value.append(value.encode("utf-8"))
-    elif isinstance(value, float):
+    elif isinstance(value, float) or not -(1 << 63) <= value < (1 << 64):
+        # A double (rapidjson holds an integer past 64 bits as one), as the float GetFloat
+        # makes of it: an infinity beyond float32's range.
         expect("float_list")
-        if math.isfinite(value) and abs(value) > _FLOAT32_MAX:
-            raise _lossy(value, "float")
-        feature.float_list.value.append(value)
+        number = value if isinstance(value, float) else _int_as_double(value)
+        if math.isfinite(number) and abs(number) > _FLOAT32_MAX:
+            with np.errstate(over="ignore"):
+                number = float(np.float32(number))
+        feature.float_list.value.append(number)
     else:
         expect("int64_list")
         if value >= (1 << 63):
-            raise invalid_argument(f"Feature: {name} has uint64 element. Only int64 is supported.")
+            raise invalid_argument(
+                f"Feature: {name} has uint64_t element. Only int64_t is supported."
+            )
         feature.int64_list.value.append(value)
 
 
@@ -545,9 +703,10 @@ def _nested(value: Any, convert) -> Any:
 
 
 def json_values(name: str, array: np.ndarray) -> Any:
-    """A tensor's values as nested JSON lists (a bare value for a scalar), as TF Serving writes
-    them: float32 in its shortest round-trip form, strings as text, and the strings of a tensor
-    named `*_bytes` as {"b64": ...}."""
+    """A tensor's values as nested JSON lists (a bare value for a scalar): numbers as the values
+    they are (a float32 as the shortest decimal that gives it back), strings as text, and the
+    strings of a tensor named `*_bytes` as {"b64": ...}. The JSON values of TF Serving's answer;
+    its text is what `dumps` writes of the array itself."""
     array = np.asarray(array)
     kind = array.dtype
     if kind == np.float32:
@@ -569,8 +728,55 @@ def json_values(name: str, array: np.ndarray) -> Any:
     )
 
 
-# Arrays `dumps` writes as they are (orjson's numpy support): the float32 in its shortest
-# round-trip form, as json_values writes it.
+_FLOAT32 = struct.Struct("f")
+
+
+def float32_text(value: float) -> str:
+    """A float32 (given as the Python float of its value) as TF Serving writes it
+    (WriteDecimal<float>): absl's StrCat, which is "%g"; "%.9g" when those six digits do not read
+    back as the same float32; ".0" after a text with neither a point nor an exponent (so `3.0`,
+    `9e+06`, `0.333333343`); NaN, Infinity and -Infinity as such."""
+    if not math.isfinite(value):
+        return "NaN" if value != value else ("Infinity" if value > 0 else "-Infinity")
+    text = format(value, "g")
+    if _FLOAT32.unpack(_FLOAT32.pack(float(text)))[0] != value:
+        text = format(value, ".9g")
+    if "." not in text and "e" not in text:
+        text += ".0"
+    return text
+
+
+def float64_text(value: float) -> str:
+    """A double as TF Serving writes it (WriteDecimal<double>): "%g", or "%.17g" when six digits
+    do not give the double back; ".0" as for a float32."""
+    if not math.isfinite(value):
+        return "NaN" if value != value else ("Infinity" if value > 0 else "-Infinity")
+    text = format(value, "g")
+    if float(text) != value:
+        text = format(value, ".17g")
+    if "." not in text and "e" not in text:
+        text += ".0"
+    return text
+
+
+def _decimal_array_text(array: np.ndarray) -> str:
+    """A float32 or float64 array (or numpy scalar) as TF Serving writes it: nested lists of
+    `float32_text` / `float64_text`, a bare number for a scalar."""
+    text = float32_text if array.dtype == np.float32 else float64_text
+    if array.ndim == 0:
+        return text(float(array))
+    texts = [text(v) for v in array.ravel().tolist()]
+    shape = array.shape
+    for axis in range(len(shape) - 1, -1, -1):
+        size = shape[axis]
+        texts = [
+            "[" + ",".join(texts[group * size : (group + 1) * size]) + "]"
+            for group in range(math.prod(shape[:axis]))
+        ]
+    return texts[0]
+
+
+# Arrays and numpy scalars an answer may hold for `dumps` to write (numbers and bools).
 _NATIVE_KINDS = frozenset(
     np.dtype(t)
     for t in (
@@ -578,17 +784,13 @@ _NATIVE_KINDS = frozenset(
         np.uint8, np.uint16, np.uint32, np.uint64, np.bool_,
     )
 )  # fmt: skip
+_DECIMAL_KINDS = frozenset((np.dtype(np.float32), np.dtype(np.float64)))
 
 
 def _answer_values(name: str, array: np.ndarray) -> Any:
-    """A tensor's values for an answer `dumps` writes: numeric arrays with finite values as
-    they are (orjson writes them, as json_values would), anything else as json_values."""
-    if (
-        type(array) is np.ndarray
-        and array.dtype in _NATIVE_KINDS
-        and array.ndim
-        and (array.dtype.kind != "f" or np.isfinite(array).all())
-    ):
+    """A tensor's values for an answer `dumps` writes: a numeric array as it is (`dumps` writes
+    it as TF Serving does), anything else as json_values."""
+    if type(array) is np.ndarray and array.dtype in _NATIVE_KINDS:
         return array
     return json_values(name, array)
 
@@ -598,8 +800,9 @@ def predict_answer(
 ) -> dict:
     """The :predict answer: `predictions` (row) or `outputs` (columnar), bare for a single
     output tensor, by name for several (MakeRowFormatJsonFromTensors and
-    MakeColumnarFormatJsonFromTensors). `arrays`: numeric values may stay numpy arrays (and
-    their rows numpy scalars), for `dumps` to write; else every value is plain JSON."""
+    MakeColumnarFormatJsonFromTensors); a batch of no rows is `{"predictions": []}`. `arrays`:
+    numeric values stay numpy arrays (and their rows numpy values), which `dumps` writes as TF
+    Serving writes them; else every value is plain JSON (json_values)."""
     if not outputs:
         raise invalid_argument("Cannot convert empty tensor map to JSON")
     values = _answer_values if arrays else json_values
@@ -608,14 +811,12 @@ def predict_answer(
         if len(names) == 1:
             return {"outputs": values(names[0], outputs[names[0]])}
         return {"outputs": {name: values(name, outputs[name]) for name in names}}
-    batch = 0
+    batch = -1
     for name in names:
         shape = np.shape(outputs[name])
         if not shape:
             raise invalid_argument(f"Tensor name: {name} has no shape information ")
-        if shape[0] < 1:
-            raise invalid_argument(f"Tensor name: {name} has invalid batch size: {shape[0]}")
-        if batch and shape[0] != batch:
+        if batch >= 0 and shape[0] != batch:
             raise invalid_argument(
                 f"Tensor name: {name} has inconsistent batch size: {shape[0]} expecting: {batch}"
             )
@@ -628,18 +829,18 @@ def predict_answer(
 
 def classify_answer(labels: np.ndarray | None, scores: np.ndarray | None) -> dict:
     """The :classify answer: per example, [label, score] per class; a label is "" without a
-    `classes` output, a score 0.0 without `scores` (MakeJsonFromClassificationResult)."""
+    `classes` output, a score 0.0 without `scores` (MakeJsonFromClassificationResult). Scores
+    stay float32 for `dumps` to write as TF Serving does."""
     rows = (labels if labels is not None else scores).shape[0]
     classes = (labels if labels is not None else scores).shape[1]
     label_values = json_values("classes", labels) if labels is not None else None
-    score_values = json_values("scores", scores) if scores is not None else None
     results = []
     for i in range(rows):
         results.append(
             [
                 [
                     label_values[i][c] if label_values is not None else "",
-                    score_values[i][c] if score_values is not None else 0.0,
+                    scores[i, c] if scores is not None else 0.0,
                 ]
                 for c in range(classes)
             ]
@@ -648,30 +849,49 @@ def classify_answer(labels: np.ndarray | None, scores: np.ndarray | None) -> dic
 
 
 def regress_answer(values: np.ndarray) -> dict:
-    """The :regress answer: one value per example (MakeJsonFromRegressionResult)."""
-    return {"results": json_values("outputs", np.reshape(values, [-1]))}
+    """The :regress answer: one value per example (MakeJsonFromRegressionResult), a float32
+    array for `dumps` to write as TF Serving does."""
+    return {"results": np.reshape(np.asarray(values, np.float32), [-1])}
 
 
 def dumps(answer: Mapping[str, Any]) -> bytes:
-    """An answer's JSON bytes (NaN and Infinity written as TF Serving writes them); numpy
-    arrays and scalars in it (`predict_answer(..., arrays=True)`) are written as json_values
-    writes them."""
+    """An answer's JSON bytes, numbers written as TF Serving writes them: numpy arrays and
+    values in it (`predict_answer(..., arrays=True)`) by `float32_text` / `float64_text`, plain
+    floats in their shortest form, NaN and Infinity as such."""
     try:
-        payload = orjson.dumps(answer, option=orjson.OPT_SERIALIZE_NUMPY)
+        payload = orjson.dumps(answer, default=_numpy_json)
     except orjson.JSONEncodeError:
-        payload = b"null"  # an integer past 64 bits, say: `json` writes it
+        payload = b"null"  # an integer past 64 bits, say: written below
     if b"null" not in payload:
         return payload
-    # orjson writes NaN and Infinity as null (answers hold no null of their own; a string
-    # holding "null" only costs the slower writer).
-    return json.dumps(answer, allow_nan=True, separators=(",", ":"), default=_plain).encode("utf-8")
+    # orjson writes a plain NaN or infinity as null (answers hold no null of their own; a
+    # string holding "null" only costs the walk).
+    return orjson.dumps(_with_fragments(answer), default=_numpy_json)
 
 
-def _plain(value: Any) -> Any:
-    """A numpy value left in an answer, as plain JSON (json_values' forms)."""
+def _numpy_json(value: Any) -> Any:
+    """orjson's `default`: a numpy array or value in an answer, written as TF Serving writes it."""
     if isinstance(value, (np.ndarray, np.generic)):
+        if value.dtype in _DECIMAL_KINDS:
+            return orjson.Fragment(_decimal_array_text(np.asarray(value)))
+        if value.dtype in _NATIVE_KINDS:
+            return orjson.Fragment(orjson.dumps(value, option=orjson.OPT_SERIALIZE_NUMPY))
         return json_values("", np.asarray(value))
     raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
+def _with_fragments(value: Any) -> Any:
+    """A plain answer with what orjson cannot write as JSON (non-finite floats, integers past 64
+    bits) replaced by their text."""
+    if isinstance(value, dict):
+        return {key: _with_fragments(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_with_fragments(item) for item in value]
+    if type(value) is float and not math.isfinite(value):
+        return orjson.Fragment(float64_text(value))
+    if type(value) is int and not -(1 << 63) <= value < (1 << 64):
+        return orjson.Fragment(str(value))
+    return value
 
 
 def error_body(error: ServingError) -> bytes:
