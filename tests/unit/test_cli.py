@@ -22,7 +22,7 @@ sys.exit(code)
 
 @pytest.mark.parametrize(
     "argv",
-    [["list"], ["validate"], ["validate", "taxi", "--env", "ci"], ["runs", "penguin"]],
+    [["list"], ["validate"], ["validate", "taxi", "--profile", "ci"], ["runs", "penguin"]],
 )
 def test_light_commands_import_no_tensorflow(argv, tmp_path):
     done = subprocess.run(
@@ -63,7 +63,7 @@ def test_help_lists_the_commands(capsys):
 
 
 def test_validate_reports_a_bad_override_and_fails(capsys):
-    assert cli.main(["validate", "penguin", "--env", "ci", "--set", "push.model_name=a b"]) == 1
+    assert cli.main(["validate", "penguin", "--profile", "ci", "--set", "push.model_name=a b"]) == 1
     err = capsys.readouterr().err
     assert (
         "FAIL penguin [ci]: --set push.model_name=a b: push.model_name: String should match" in err

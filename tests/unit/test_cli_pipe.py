@@ -15,7 +15,7 @@ def _conveyor() -> list[str]:
 def test_a_closed_pipe_ends_the_command_without_a_traceback():
     # About 4 KB per resolved spec: 60 of them are far more than a pipe buffers (64 KiB), so the
     # command is still writing when the reader goes away, as with `| head -1`.
-    argv = [*_conveyor(), "validate", *["taxi"] * 60, "--env", "ci", "--print"]
+    argv = [*_conveyor(), "validate", *["taxi"] * 60, "--profile", "ci", "--print"]
     process = subprocess.Popen(
         argv, cwd=FRAMEWORK_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE
     )
