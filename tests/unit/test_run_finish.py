@@ -537,3 +537,157 @@ def test_the_report_reads_an_airflow_run_back(night):
     nodes = read_run_artifacts(open_store(spec, paths.metadata_path), run_id)
     assert nodes["csv_example_gen"].output("examples").get("span") == SPAN
     assert Path(nodes["csv_example_gen"].output("examples").uri).name == "1"
+
+
+# --- one contract: the same facts give the same record, whoever ran the run ------------------
+
+REFUSED_FINDINGS = {
+    "passed": False,
+    "reason": "data_gate_blocked",
+    "anomalies": [{"column": "island", "split": "train", "description": "Unexpected value"}],
+    "drift": [],
+    "skew": [],
+    "drift_against": None,
+    "notes": [],
+}
+COMPARED = ("outcome", "reason", "message", "data_gate", "pushed_version", "span", "night")
+
+
+def _facts(spec, paths, run_id, **kwargs):
+    from pipelines.finish.contract import RunFacts, compiled_spec
+
+    return RunFacts(compiled_spec(spec), paths, run_id, span=SPAN, night=NIGHT, **kwargs)
+
+
+def _recorded(paths) -> dict:
+    record = json.loads(paths.outcome_record(SPAN).read_text())
+    return {key: record[key] for key in ("outcome", "reason")}
+
+
+def _same(summaries: list[dict]) -> list[dict]:
+    return [{key: summary[key] for key in COMPARED} for summary in summaries]
+
+
+def test_a_blocked_night_records_the_same_on_every_orchestrator(night, webhook):
+    from components.data_gate.component import DataGateError
+    from pipelines.finish.contract import finish_run, stop_of
+
+    spec, paths = night
+    store = LegacyStore(spec, paths, DAG_RUN_ID)
+    store.examples()
+    gate = store.execution("data_gate", "new")
+    folder = paths.pipeline_root / "data_gate" / "findings" / str(gate)
+    folder.mkdir(parents=True)
+    (folder / "findings.json").write_text(json.dumps(REFUSED_FINDINGS))
+    states = dict.fromkeys(TASKS, "success") | {
+        "data_gate": "failed",
+        "trainer": "upstream_failed",
+        "pusher": "upstream_failed",
+    }
+    run_id = f"penguin_dated.{DAG_RUN_ID}"
+
+    # Airflow: the DAG run's task states, the findings where the gate wrote them.
+    airflow, _ = _finish(spec, paths, states)
+    airflow_record = _recorded(paths)
+    paths.outcome_record(SPAN).unlink()
+    # The local runner: what LocalDagRunner raised (the gate's own error, in the gate's words).
+    raised = DataGateError(airflow.message, REFUSED_FINDINGS)
+    local_facts = _facts(spec, paths, run_id, stop=stop_of(raised))
+    local_facts.record_outcome = outcome_recorder(paths, SPAN)
+    local = finish_run(local_facts, lambda _: None)
+    local_record = _recorded(paths)
+    # A Kubeflow-shaped run: told, not read back (its store is KFP's), no outcome record.
+    told = finish_run(
+        _facts(spec, paths, "jobs/penguin-1", stop=stop_of(raised), in_store=False, folder="k"),
+        lambda _: None,
+    )
+
+    results = [local, airflow, told]
+    assert {r.outcome for r in results} == {"blocked"}
+    assert {r.reason for r in results} == {"data_gate_blocked"}
+    summaries = [json.loads((Path(r.run_dir) / RUN_SUMMARY).read_text()) for r in results]
+    assert _same(summaries) == [_same(summaries)[0]] * 3
+    assert summaries[0]["data_gate"] == REFUSED_FINDINGS
+    assert local_record == airflow_record == {"outcome": "blocked", "reason": "data_gate_blocked"}
+    alerts = [(a["outcome"], a["reason_code"], a["reason"], a["data_gate"]) for a in webhook]
+    assert alerts == [alerts[0]] * 3 and alerts[0][:2] == ("blocked", "data_gate_blocked")
+
+
+def test_an_infra_refusal_records_the_same_and_alerts_on_every_orchestrator(night, webhook):
+    from pipelines.core.outcome import Reason
+    from pipelines.finish.contract import finish_run
+
+    spec, paths = night
+    store = LegacyStore(spec, paths, DAG_RUN_ID)
+    store.examples()
+    for component in ("statistics_gen", "data_gate", "trainer"):
+        store.execution(component, "complete")
+    words = "the infra validator did not bless the model: p99 80.1 ms over the budget 50 ms"
+    refused = store.artifact(
+        "PushedModel",
+        str(paths.pipeline_root / "pusher" / "pushed_model" / "9"),
+        pushed=0,
+        conveyor_reason=words,
+        conveyor_reason_code="infra_refused",
+    )
+    store.execution("pusher", "complete", {"pushed_model": refused})
+    run_id = f"penguin_dated.{DAG_RUN_ID}"
+
+    airflow, _ = _finish(spec, paths, dict.fromkeys(TASKS, "success"))
+    airflow_record = _recorded(paths)
+    paths.outcome_record(SPAN).unlink()
+    local_facts = _facts(spec, paths, run_id, record_outcome=outcome_recorder(paths, SPAN))
+    local = finish_run(local_facts, lambda _: None)
+    local_record = _recorded(paths)
+    told_facts = _facts(
+        spec, paths, "jobs/penguin-1", in_store=False, folder="k", outcome=airflow.outcome
+    )
+    told_facts.reason = Reason.INFRA_REFUSED
+    told = finish_run(told_facts, lambda _: None)
+
+    assert {(r.outcome, r.reason) for r in (local, airflow)} == {("not_pushed", "infra_refused")}
+    assert local.message == airflow.message == f"nothing pushed: {words}"
+    assert (told.outcome, told.reason) == ("not_pushed", "infra_refused")
+    assert local_record == airflow_record == {"outcome": "not_pushed", "reason": "infra_refused"}
+    # It alerts although it is NOT_PUSHED: the code says the model cannot be served.
+    assert [(a["outcome"], a["reason_code"]) for a in webhook] == [
+        ("not_pushed", "infra_refused")
+    ] * 3
+    page = (Path(local.run_dir) / REPORT_FILE).read_text()
+    assert '<span class="badge bad">NOT PUSHED</span>' in page
+    assert "<td>reason</td><td>infra_refused</td>" in page
+
+
+def test_a_push_the_model_gate_held_back_is_quiet_whatever_its_words_say(night, webhook):
+    from pipelines.finish.contract import finish_run
+
+    spec, paths = night
+    store = LegacyStore(spec, paths, DAG_RUN_ID)
+    store.examples()
+    # Words that once made a run alert; the code says the Evaluator held the model back.
+    misleading = "the infra validator did not bless the model (quoted by a custom evaluator)"
+    held = store.artifact(
+        "PushedModel",
+        str(paths.pipeline_root / "pusher" / "pushed_model" / "9"),
+        pushed=0,
+        conveyor_reason=misleading,
+        conveyor_reason_code="model_not_blessed",
+    )
+    store.execution("pusher", "complete", {"pushed_model": held})
+
+    result = finish_run(_facts(spec, paths, f"penguin_dated.{DAG_RUN_ID}"), lambda _: None)
+
+    assert (result.outcome, result.reason) == ("not_pushed", "model_not_blessed")
+    assert not result.alerts and webhook == []
+
+
+def test_what_the_exit_handler_can_tell_of_a_run_that_pushed_nothing(resolved_spec):
+    from components.run_finish.component import final_status_facts
+    from pipelines.finish.contract import read_result
+
+    succeeded = json.dumps({"state": "SUCCEEDED", "pipelineJobResourceName": "jobs/penguin-4"})
+    facts = final_status_facts(succeeded, resolved_spec, "", CREATED)
+    result = read_result(facts)
+    # KFP's store is out of reach: why nothing was pushed is unknown, and says so.
+    assert (result.outcome, result.reason) == ("not_pushed", "unknown")
+    assert not result.alerts
