@@ -10,15 +10,18 @@ module adds only what KFP itself needs:
 - custom artifact types whose names KFP's schema titles reject get a `conveyor.Name` title;
 - the job's output directory and the nightly schedule for KFP and Vertex AI;
 - an exit handler (`components.run_finish`), which KFP runs after every task, whatever their
-  state: when the run did not succeed it writes the run's report under the workdir and alerts;
-  for every run it exports the run's metrics it can know (docs/monitoring.md, Kubeflow runs).
+  state: it hands the run-finish contract every orchestrator calls
+  (`pipelines.finish.contract.finish_run`) KFP's final status, and the contract writes the
+  run's summary and report under the workdir, alerts when the run did not succeed and exports
+  the run's metrics it can know (docs/monitoring.md, Kubeflow runs).
   With it, KFP nests the pipeline's tasks in a `tfx-dag` sub-DAG, and the root DAG holds that
   and the exit handler.
 
 KFP records lineage in its own ML Metadata, so `runtime.metadata` is not part of a PipelineJob,
 and the exit handler cannot read the run back: a Kubeflow run's report carries KFP's final
-state and error but no node details, and there is no outcome record (`conveyor run` and
-Airflow's final task write both in full).
+state and error but no node details, its reason code is `component_failed` (a data gate that
+refused the data included), `interrupted`, `pushed` or `unknown`, and there is no outcome
+record (`conveyor run` and Airflow's final task write all of them in full).
 """
 
 from __future__ import annotations

@@ -143,6 +143,7 @@ def _blocked(paths: RunPaths, findings: dict = FINDINGS) -> RunResult:
         pipeline="penguin",
         outcome=Outcome.BLOCKED,
         message="Data gate: ...",
+        reason=Reason.DATA_GATE_BLOCKED,
         nodes=[
             NodeRecord("csv_example_gen", "cached", 0.4),
             NodeRecord("statistics_gen", "executed", 3.25),
@@ -180,6 +181,13 @@ def test_a_blocked_run_writes_its_metrics_to_the_textfile(paths, recorded, monke
     samples = _samples(textfile.read_text())
     assert _value(samples, "conveyor_run_outcome", outcome="blocked") == 1
     assert _value(samples, "conveyor_run_outcome", outcome="pushed") == 0
+    # The reason code, one series per code: 1 for this run's, 0 for the others.
+    reasons = {
+        dict(labels)["reason"]: value
+        for (name, labels), value in samples.items()
+        if name == "conveyor_run_reason"
+    }
+    assert reasons == {reason.value: float(reason is Reason.DATA_GATE_BLOCKED) for reason in Reason}
     assert _value(samples, "conveyor_run_duration_seconds") == 6.5
     assert _value(samples, "conveyor_run_span") == 20785
     assert (
