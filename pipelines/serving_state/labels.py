@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 from pipelines.serving_state.config_files import ServedModel
 from pipelines.serving_state.durable_files import fsync_dir, write_atomically
 
-if TYPE_CHECKING:  # annotations only: the rules need no spec model at run time
+if TYPE_CHECKING:  # an annotation only: records builds on this module, not the other way
     from pipelines.serving_state.records import LabelEvent
 
 STABLE = "stable"
