@@ -56,10 +56,10 @@ lock: | $(BIN)/python
 	$(BIN)/uv pip compile -q requirements.in --python-version 3.10 -o requirements.lock
 
 data: setup
-	$(BIN)/conveyor data $(PIPELINE) --env $(ENV) --workdir $(WORKDIR)
+	$(BIN)/conveyor data $(PIPELINE) --profile $(ENV) --workdir $(WORKDIR)
 
 pipeline-local: data
-	$(BIN)/conveyor run $(PIPELINE) --env $(ENV) --workdir $(WORKDIR)
+	$(BIN)/conveyor run $(PIPELINE) --profile $(ENV) --workdir $(WORKDIR)
 
 # Test files run on two workers (pytest-xdist), a file's tests on one, so module-scoped pipeline
 # runs are shared as before; TEST_WORKERS=0 runs them in this process.

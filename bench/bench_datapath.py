@@ -6,7 +6,7 @@ size the CSV is generated once (pipelines/datasets/taxi.py, seed 0) and both too
 - the reference, bench/reference/raw_tfx_datapath.py (--raw-script runs another copy, e.g. the
   shared original it was taken from; see bench/README.md): TFX's CsvExampleGen and friends with
   one Beam worker, as TFX users run it;
-- `conveyor run taxi --env large --force` in a fresh workdir (the `large` profile: the Arrow
+- `conveyor run taxi --profile large --force` in a fresh workdir (the `large` profile: the Arrow
   reader and its Parquet copy, Beam in one process), with CONVEYOR_SETTINGS as `--set`
   overrides (only the four data components; --conveyor-set changes them).
 
@@ -270,7 +270,7 @@ def run_raw(
 
 def conveyor_command(workdir: Path, settings: dict[str, str]) -> list[str]:
     """The `conveyor run` command line for one measured run."""
-    command = [str(CONVEYOR), "run", PIPELINE, "--env", CONVEYOR_ENV, "--force"]
+    command = [str(CONVEYOR), "run", PIPELINE, "--profile", CONVEYOR_ENV, "--force"]
     command += ["--workdir", str(workdir)]
     for key, value in settings.items():
         command += ["--set", f"{key}={value}"]

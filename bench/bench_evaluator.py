@@ -1,7 +1,7 @@
 """Benchmark: the Evaluator executor alone, TFMA against the vectorized engine.
 
 Takes a working directory where a night has run with a baseline (for example night two of
-`bench_nightly.py --keep`, or two `conveyor run taxi --env large` nights of
+`bench_nightly.py --keep`, or two `conveyor run taxi --profile large` nights of
 pipelines/datasets/taxi_nights.py rows), finds that night's Evaluator execution in its ML
 Metadata (examples, candidate, baseline), and runs Conveyor's Evaluator executor on those
 artifacts in this process, once per engine and repetition, alternating which goes first. Each

@@ -125,7 +125,7 @@ class Tool:
             str(CONVEYOR),
             "run",
             PIPELINE,
-            "--env",
+            "--profile",
             args.env,
             "--workdir",
             str(workdir),

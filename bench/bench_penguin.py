@@ -219,7 +219,7 @@ def run_conveyor(scenario: str, repetition: int, workdir: Path, logs: Path) -> M
     `rerun` is a plain run of the unchanged workdir (the fingerprint fast path, UNCHANGED:);
     `force` adds --force, which goes through TFX with every component a cache hit.
     """
-    command = [str(CONVEYOR), "run", PIPELINE, "--env", "local", "--workdir", str(workdir)]
+    command = [str(CONVEYOR), "run", PIPELINE, "--profile", "local", "--workdir", str(workdir)]
     if scenario == "force":
         command.append("--force")
     result = measure(
@@ -262,7 +262,7 @@ def run_conveyor_tfx_module(
 ) -> Measurement:
     """Runs `conveyor run bench/penguin_tfx_module.yaml` once: TFX's penguin module through
     Conveyor (Transform, TFX's Trainer with the module's run_fn, the Evaluator, the Pusher)."""
-    command = [str(CONVEYOR), "run", str(TFX_MODULE_SPEC), "--env", "local"]
+    command = [str(CONVEYOR), "run", str(TFX_MODULE_SPEC), "--profile", "local"]
     command += ["--workdir", str(workdir)]
     result = measure(
         command,

@@ -143,7 +143,7 @@ def _ensure_model(args: argparse.Namespace, out_root: Path) -> Path:
     conveyor = [sys.executable, "-m", "pipelines.cli"]
     for command in (
         [*conveyor, "data", "penguin", "--workdir", str(workdir)],
-        [*conveyor, "run", "penguin", "--env", "ci", "--workdir", str(workdir)],
+        [*conveyor, "run", "penguin", "--profile", "ci", "--workdir", str(workdir)],
     ):
         subprocess.run(command, cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
     return workdir / "serving" / "penguin"

@@ -4,7 +4,7 @@ in under 5 minutes:
 
     .venv/bin/python bench/gpu_check.py [--workdir DIR]
 
-Each pipeline runs for real (`conveyor data`, then `conveyor run --env gpu --force`); the
+Each pipeline runs for real (`conveyor data`, then `conveyor run --profile gpu --force`); the
 figures come from the training summary the trainer writes next to its TensorBoard logs.
 """
 
@@ -44,7 +44,7 @@ def run_pipeline(name: str, workdir: Path) -> dict:
     subprocess.run([str(CONVEYOR), "data", name, "--workdir", str(workdir)], check=True)
     started = time.perf_counter()
     done = subprocess.run(
-        [str(CONVEYOR), "run", name, "--env", "gpu", "--force", "--workdir", str(workdir)],
+        [str(CONVEYOR), "run", name, "--profile", "gpu", "--force", "--workdir", str(workdir)],
         capture_output=True,
         text=True,
         check=False,
