@@ -9,6 +9,11 @@ Regress check the signature as TF Serving does with its default flags
 (`--enable_signature_method_name_check=false`): one input named `inputs` fed with serialized
 tf.Examples, and `classes`/`scores` (classify) or `outputs` (regress) to answer with, whatever
 the signature's method_name.
+
+A TF1 SavedModel that `tf.saved_model.load` cannot load (an old placeholder its graph's shape
+inference now refuses, signatures answering with reference-typed tensors) is run as TF Serving
+runs every SavedModel: loaded into a session, each signature a callable over the graph
+(`SessionSignature`).
 """
 
 from __future__ import annotations
@@ -211,6 +216,102 @@ class Signature:
         return True
 
 
+class SessionSignature:
+    """One signature of a SavedModel run in a TF1 session, as TF Serving runs every signature
+    (one `Session::Run` feeding the inputs' tensors, fetching the outputs'): the same calls as
+    `Signature` (`call`, `call_alone`), for the models `tf.saved_model.load` cannot load.
+
+    The call is a session callable made from CallableOptions (`Session._make_callable_from_options`,
+    private): `Session.run` and the public `make_callable` refuse a feed whose shape differs from
+    the placeholder's declared one, which TF Serving's Session::Run does not check (its
+    half_plus_three declares `x` as [?,1] and its documentation feeds [3]). The test on that
+    model fails if the private call goes."""
+
+    def __init__(self, name: str, definition: Any, session: Any, model: str = "", batcher=None):
+        from tensorflow.core.protobuf import config_pb2
+
+        self.name = name
+        self.model = model
+        self._batcher = batcher
+        self.definition = definition  # meta_graph_pb2.SignatureDef
+        #: Input name -> TensorFlow DataType number, from the SignatureDef.
+        self.input_dtypes = {name: info.dtype for name, info in definition.inputs.items()}
+        self._inputs = tuple(sorted(definition.inputs))
+        self._outputs = tuple(sorted(definition.outputs))
+        self._numpy_dtypes = {
+            name: json_tensor.NUMPY_DTYPES.get(dtype, object)
+            for name, dtype in self.input_dtypes.items()
+        }
+        options = config_pb2.CallableOptions(
+            feed=[definition.inputs[name].name for name in self._inputs],
+            fetch=[definition.outputs[name].name for name in self._outputs],
+        )
+        self._run = session._make_callable_from_options(options)
+
+    @property
+    def runs_as_one_op(self) -> bool:
+        """False: a session runs the graph (see `Signature.runs_as_one_op`)."""
+        return False
+
+    def call(self, feeds: Mapping[str, Any]) -> dict[str, np.ndarray]:
+        """Runs the signature on `feeds` (name -> array), alone or batched (as `Signature`)."""
+        if self._batcher is not None:
+            return self._batcher.call(self, feeds)
+        return self.call_alone(feeds)
+
+    def call_alone(self, feeds: Mapping[str, Any]) -> dict[str, np.ndarray]:
+        """One run of the signature's outputs on `feeds` (predict_util.cc's checks first)."""
+        import tensorflow as tf
+
+        if set(feeds) != set(self._inputs):
+            sent, wanted = sorted(feeds), list(self._inputs)
+            raise invalid_argument(
+                f"input size does not match signature: {len(sent)}!={len(wanted)} "
+                f"len({{{','.join(sent)}}}) != len({{{','.join(wanted)}}}). Sent extra: "
+                f"{{{','.join(n for n in sent if n not in self.input_dtypes)}}}. Missing but "
+                f"required: {{{','.join(n for n in wanted if n not in feeds)}}}."
+            )
+        # Arrays go in as they are: classify and regress feed serialized tf.Examples whatever
+        # dtype the SignatureDef declares (TF1-era exports declare some as float).
+        arrays = []
+        for name in self._inputs:
+            value = feeds[name]
+            if not isinstance(value, np.ndarray):
+                value = np.asarray(value, self._numpy_dtypes[name])
+            arrays.append(value)
+        try:
+            outputs = self._run(*arrays)
+        except (tf.errors.OpError, TypeError, ValueError) as err:
+            raise from_tensorflow(err) from None
+        return {name: np.asarray(value) for name, value in zip(self._outputs, outputs, strict=True)}
+
+
+class _SessionModel:
+    """A SavedModel loaded into a TF1 session of its own (tf.compat.v1's loader: the graph,
+    the variables restored, the main op run), as TF Serving loads every SavedModel."""
+
+    def __init__(self, path: Path):
+        import tensorflow as tf
+
+        self.graph = tf.Graph()
+        self.session = tf.compat.v1.Session(graph=self.graph)
+        try:
+            with self.graph.as_default():
+                self.meta_graph = tf.compat.v1.saved_model.loader.load(
+                    self.session, [SERVE_TAG], str(path)
+                )
+        except BaseException:
+            self.session.close()
+            raise
+
+    def signatures(self, model: str, batcher: Any) -> dict[str, SessionSignature]:
+        """Every signature of the MetaGraphDef, run in this session."""
+        return {
+            name: SessionSignature(name, definition, self.session, model, batcher)
+            for name, definition in self.meta_graph.signature_def.items()
+        }
+
+
 class _FunctionOp:
     """A loaded function run as one `StatefulPartitionedCall` op (see `Signature`): the op
     `tf.function` adds to a graph to call a function, with the function's name, its input and
@@ -348,14 +449,24 @@ class Servable:
         self.version = version
         self.path = path
         self._meta_graph = meta_graph
-        self._loaded = loaded  # keeps the variables the functions capture alive
-        functions = loaded.signatures
-        self.signatures = {
-            name: Signature(name, definition, functions[name], model, batcher)
-            for name, definition in meta_graph.signature_def.items()
-            if name in functions
-        }
+        # Keeps the variables the functions capture (or the session) alive.
+        self._loaded = loaded
+        self.signatures: dict[str, Signature | SessionSignature]
+        if isinstance(loaded, _SessionModel):
+            self.signatures = loaded.signatures(model, batcher)
+        else:
+            functions = loaded.signatures
+            self.signatures = {
+                name: Signature(name, definition, functions[name], model, batcher)
+                for name, definition in meta_graph.signature_def.items()
+                if name in functions
+            }
         self._metadata: dict | None = None
+
+    @property
+    def in_session(self) -> bool:
+        """Whether the version runs in a TF1 session (`tf.saved_model.load` could not load it)."""
+        return isinstance(self._loaded, _SessionModel)
 
     @classmethod
     def load(
@@ -370,7 +481,14 @@ class Servable:
         try:
             loaded = tf.saved_model.load(str(path), tags=[SERVE_TAG])
         except Exception as err:  # any failure to load is the version's, reported by status
-            raise LoadError(f"{path}: {type(err).__name__}: {err}") from err
+            # A TF1 SavedModel the TF2 loader cannot take: run it in a session, as TF Serving
+            # runs it. When that fails too, the TF2 loader's error is the one reported.
+            try:
+                loaded = _SessionModel(path)
+            except Exception:
+                raise LoadError(f"{path}: {type(err).__name__}: {err}") from err
+            reason = (str(err).strip().splitlines() or [""])[0]
+            log.info("%s version %d: run in a TF1 session (%s)", model, version, reason)
         return cls(model, version, path, meta_graph, loaded, batcher)
 
     # ------------------------------------------------------------------------------ lookups
@@ -532,6 +650,10 @@ class Servable:
         if warmup.is_file():
             count = self._replay_warmup(warmup)
             return f"{count} warm-up request(s) from {WARMUP_FILE}"
+        if self.in_session:
+            # No dummy calls: a TF1 graph's signatures may change its state (TF Serving's
+            # counter model increments a variable), and TF Serving makes none either.
+            return "no warm-up records; TF1 session, no dummy calls"
         warmed = sum(self._dummy_call(signature) for signature in self.signatures.values())
         return f"{warmed} of {len(self.signatures)} signature(s) called with a dummy row"
 
