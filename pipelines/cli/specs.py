@@ -70,8 +70,9 @@ def cmd_list(args: argparse.Namespace) -> int:
     """
     from pipelines.spec import loading
 
+    names = loading.list_pipelines()  # outside a project: the error alone, no header first
     print("pipelines:")
-    for name in loading.list_pipelines():
+    for name in names:
         spec = loading.load_spec(name, env="local").spec
         print(f"  {name:<12} {spec.description}")
     print("profiles: " + ", ".join(loading.list_profiles()))

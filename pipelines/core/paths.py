@@ -106,17 +106,17 @@ def source_digest(folders: Iterable[str], suffixes: tuple[str, ...]) -> str:
 
 def installed_version() -> str | None:
     """Conveyor's version when it runs from an installed distribution (a wheel), None when it
-    runs from source (a checkout on the path, or installed editable: its files are the
-    checkout's, which a version number does not pin)."""
+    runs from its source checkout (on the path, or installed editable: the files are the
+    checkout's, which a version number does not pin). A checkout is known by its pyproject.toml
+    beside the packages; site-packages has none."""
     from importlib import metadata
 
+    if (FRAMEWORK_ROOT / "pyproject.toml").is_file():
+        return None
     try:
-        dist = metadata.distribution(DISTRIBUTION)
+        return metadata.version(DISTRIBUTION)
     except metadata.PackageNotFoundError:
         return None
-    if Path(dist.locate_file("")).resolve() != FRAMEWORK_ROOT:
-        return None  # an editable install (or another copy): the code here is the source
-    return dist.version
 
 
 def framework_version(folders: Iterable[str] = CODE_PACKAGES) -> str:

@@ -328,7 +328,7 @@ def init_spec(args: argparse.Namespace) -> bool:
 
     Raises InitError when the CSV or the arguments cannot make a spec.
     """
-    from pipelines.core.paths import PROJECT_ROOT, SPECS_DIR, default_workdir
+    from pipelines.core.paths import FRAMEWORK_ROOT, default_workdir
     from pipelines.spec import checks
     from pipelines.spec import loading as config
 
@@ -338,7 +338,9 @@ def init_spec(args: argparse.Namespace) -> bool:
     source = Path(args.csv)
     if not source.is_file():
         raise InitError(f"--csv {source}: no such file.")
-    output = Path(args.output) if args.output else SPECS_DIR / f"{name}.yaml"
+    project = config.current_project()
+    specs_dir = project.specs_dir
+    output = Path(args.output) if args.output else specs_dir / f"{name}.yaml"
     if output.exists() and not args.force:
         raise InitError(f"{output} exists; pass --force to replace it.")
     workdir = default_workdir(args.workdir)
@@ -354,8 +356,9 @@ def init_spec(args: argparse.Namespace) -> bool:
     print(f"reading {source} with TFDV...", file=sys.stderr)
     inference = infer(read_csv(source), args.label, args.task)
     # Editors find the JSON Schema by a path relative to the spec: only within the project.
-    schema = PROJECT_ROOT / "docs" / "spec.schema.json"
-    inside = output.parent.resolve().is_relative_to(PROJECT_ROOT)
+    # (Conveyor's JSON Schema is in its source checkout's docs/, not in the installed package.)
+    schema = FRAMEWORK_ROOT / "docs" / "spec.schema.json"
+    inside = schema.is_file() and output.parent.resolve().is_relative_to(project.root)
     schema_ref = os.path.relpath(schema, output.parent.resolve()) if inside else None
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(render_spec(name, inference, source.name, schema_ref))
@@ -385,7 +388,7 @@ def init_spec(args: argparse.Namespace) -> bool:
     if failures:
         return False
     print(f"validated under {len(profiles)} profile(s): {', '.join(profiles)}")
-    spec_arg = name if output.resolve() == (SPECS_DIR / f"{name}.yaml").resolve() else str(output)
+    spec_arg = name if output.resolve() == (specs_dir / f"{name}.yaml").resolve() else str(output)
     where = f" --workdir {args.workdir}" if args.workdir else ""
     print("next:")
     print(f"  conveyor run {spec_arg}{where}")

@@ -4,8 +4,10 @@ import os
 import shutil
 
 import pytest
+import yaml
 
-from pipelines.core.paths import RunPaths
+from pipelines.core.paths import FRAMEWORK_LOCK, RunPaths, framework_version
+from pipelines.core.project import MARKER, PROJECT_ENV, find_project
 from pipelines.ops import fingerprint
 from pipelines.spec.loading import load_spec
 
@@ -189,3 +191,107 @@ def test_a_blocked_night_does_not_depend_on_serving(tmp_path):
     )
     shutil.rmtree(paths.serving_dir)
     assert fingerprint.unchanged_since(paths, TONIGHT)["run_id"] == "taxi-2"
+
+
+# What the fingerprint covers is this pipeline's files, Conveyor's version and the lock: a team's
+# project with penguin (its trainer module in the team's package) and a layer over `ci`.
+TEAM_MODEL = """import tf_keras as keras
+
+
+def build_model(inputs, spec):
+    return keras.layers.Dense(8, activation="relu")(inputs)
+"""
+
+
+@pytest.fixture
+def team(tmp_path, monkeypatch):
+    """(project root, recorded penguin paths): one run of penguin recorded as pushed."""
+    example = find_project().root
+    root = tmp_path / "team"
+    (root / "specs").mkdir(parents=True)
+    (root / MARKER).write_text("")
+    spec = yaml.safe_load((example / "specs" / "penguin.yaml").read_text())
+    spec["trainer"].pop("hidden_units")
+    spec["trainer"]["module"] = "team_models.penguin"
+    (root / "specs" / "penguin.yaml").write_text(yaml.safe_dump(spec))
+    shutil.copytree(example / "schemas" / "penguin", root / "schemas" / "penguin")
+    (root / "team_models").mkdir()
+    (root / "team_models" / "__init__.py").write_text("")
+    (root / "team_models" / "penguin.py").write_text(TEAM_MODEL)
+    (root / "configs").mkdir()
+    (root / "configs" / "ci.yaml").write_text(
+        "pipelines: {penguin: {trainer: {train_steps: 50}}}\n"
+    )
+    monkeypatch.setenv(PROJECT_ENV, str(root))
+    paths = penguin_paths(tmp_path / "work")
+    paths.input_dir.mkdir(parents=True)
+    (paths.input_dir / "penguins.csv").write_text("species\nAdelie\n")
+    (paths.serving_dir / "1").mkdir(parents=True)
+    paths.metadata_path.write_bytes(b"")
+    fingerprint.record_outcome(paths, "penguin-1", "pushed", fingerprint.compute(paths))
+    return root, paths
+
+
+def penguin_paths(workdir):
+    """penguin's paths as a new `conveyor run` loads it: from the files as they are now."""
+    return RunPaths(workdir=workdir, spec=load_spec("penguin", env="ci").spec)
+
+
+def test_the_fingerprint_names_conveyors_version_the_lock_and_the_teams_modules(team):
+    _, paths = team
+    taken = fingerprint.compute(paths)
+    assert taken["conveyor"] == framework_version()
+    # Run from this checkout (installed editable): the version is the source's digest.
+    assert taken["conveyor"].startswith("source:")
+    assert list(taken["modules"]) == ["team_models.penguin"]
+    assert fingerprint.lock_file() == FRAMEWORK_LOCK  # the team keeps no lock of its own
+
+
+def test_another_spec_and_unrelated_files_leave_a_pipeline_unchanged(team):
+    root, paths = team
+    other = (root / "specs" / "penguin.yaml").read_text().replace("name: penguin", "name: other")
+    (root / "specs" / "other.yaml").write_text(other)
+    (root / "schemas" / "other").mkdir()
+    (root / "schemas" / "other" / "schema.pbtxt").write_text("")
+    (root / "team_models" / "other.py").write_text(TEAM_MODEL + "# another network\n")
+    (root / "configs" / "ci.yaml").write_text(
+        "pipelines: {penguin: {trainer: {train_steps: 50}}, other: {trainer: {train_steps: 9}}}\n"
+    )
+    (root / "README.md").write_text("notes\n")
+    assert fingerprint.unchanged_since(penguin_paths(paths.workdir))["run_id"] == "penguin-1"
+
+
+def test_its_own_spec_file_changing_is_a_change(team):
+    root, paths = team
+    spec = root / "specs" / "penguin.yaml"
+    spec.write_text(spec.read_text().replace("learning_rate: 0.02", "learning_rate: 0.05"))
+    assert fingerprint.unchanged_since(penguin_paths(paths.workdir)) is None
+
+
+def test_its_profile_layer_changing_is_a_change(team):
+    root, paths = team
+    (root / "configs" / "ci.yaml").write_text(
+        "pipelines: {penguin: {trainer: {train_steps: 60}}}\n"
+    )
+    assert fingerprint.unchanged_since(penguin_paths(paths.workdir)) is None
+
+
+def test_its_schema_changing_is_a_change(team):
+    root, paths = team
+    schema = root / "schemas" / "penguin" / "schema.pbtxt"
+    schema.write_text(schema.read_text() + "# reviewed again\n")
+    assert fingerprint.unchanged_since(penguin_paths(paths.workdir)) is None
+
+
+def test_its_trainer_module_changing_is_a_change(team):
+    root, paths = team
+    module = root / "team_models" / "penguin.py"
+    module.write_text(module.read_text().replace("Dense(8", "Dense(16"))
+    assert fingerprint.unchanged_since(penguin_paths(paths.workdir)) is None
+
+
+def test_a_lock_of_the_projects_own_is_a_change(team):
+    root, paths = team
+    (root / "requirements.lock").write_text("tfx==1.16.0\n")
+    assert fingerprint.lock_file() == root / "requirements.lock"
+    assert fingerprint.unchanged_since(penguin_paths(paths.workdir)) is None

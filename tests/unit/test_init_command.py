@@ -182,3 +182,18 @@ def test_an_existing_spec_is_kept_without_force(tmp_path, capsys):
     assert code == 1
     assert spec.read_text() == "mine\n"
     assert "exists; pass --force" in capsys.readouterr().err
+
+
+def test_init_adds_the_spec_to_the_current_projects_specs(tmp_path, monkeypatch, capsys):
+    from pipelines.core.project import PROJECT_ENV
+
+    csv = penguins_csv(tmp_path)
+    project = tmp_path / "team"
+    assert cli.main(["new", str(project)]) == 0
+    monkeypatch.delenv(PROJECT_ENV)
+    monkeypatch.chdir(project / "specs")  # anywhere inside the project
+    argv = ["init", "birds", "--csv", str(csv), "--label", "species", "--profile", "ci"]
+    assert cli.main([*argv, "--workdir", str(tmp_path / "work")]) == 0
+    assert (project / "specs" / "birds.yaml").is_file()
+    assert "conveyor run birds " in capsys.readouterr().out
+    assert load_spec("birds", env="ci").spec.name == "birds"
