@@ -11,13 +11,13 @@ import pytest
 import yaml
 
 from pipelines.core.paths import FRAMEWORK_ROOT, RunPaths
+from pipelines.core.project import find_project
 from pipelines.spec.components import COMPONENT_TYPES, ROLE_TYPES, Port
 from pipelines.spec.custom_components import (
     STANDARD_ARTIFACTS,
     ComponentReadError,
     read_signature,
 )
-from pipelines.core.project import find_project
 from pipelines.spec.loading import SpecError, load_spec
 
 USER = "tests.user_code.components"

@@ -166,7 +166,9 @@ def test_airflow_without_a_start_date_fails_before_tensorflow_is_imported(tmp_pa
     argv = ["compile", "penguin", "--env", "airflow", "--set", "schedule.start_date=null"]
     done = _light(argv + ["--output", str(tmp_path / "dag.py")], tmp_path)
     assert done.returncode == 1
-    assert "pipelines/profiles/airflow.yaml: schedule.start_date: Airflow needs a start" in done.stderr
+    assert (
+        "pipelines/profiles/airflow.yaml: schedule.start_date: Airflow needs a start" in done.stderr
+    )
     assert "HEAVY []" in done.stdout
     assert not (tmp_path / "dag.py").exists()
 
