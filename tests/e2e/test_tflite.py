@@ -12,7 +12,6 @@ import pytest
 
 from pipelines import cli
 from pipelines.core import metadata
-from pipelines.core.outcome import TFLITE_REFUSAL
 from pipelines.core.paths import REPORT_FILE, RUN_SUMMARY, RunPaths
 from pipelines.ops import nightly
 from pipelines.serving_state.versions import model_digest
@@ -109,9 +108,10 @@ def test_drift_under_required_pushes_nothing(refused):
     paths, result, served = refused
     assert result.outcome == "not_pushed", result.message
     assert result.message.startswith(
-        f"nothing pushed: {TFLITE_REFUSAL} (push.tflite.required): drift: the float16 TF Lite "
-        "model's outputs differ from the SavedModel's by up to "
+        "nothing pushed: the TF Lite model did not pass (push.tflite.required): drift: the "
+        "float16 TF Lite model's outputs differ from the SavedModel's by up to "
     ), result.message
+    assert result.reason == "tflite_refused"
     assert result.alerts  # like an infra refusal: a blessed model that cannot ship as asked
     assert sorted(p.name for p in paths.serving_dir.iterdir()) == ["1"]
     assert model_digest(str(paths.serving_dir / "1")) == served
@@ -121,7 +121,8 @@ def test_drift_under_required_pushes_nothing(refused):
     assert float(_prop(converted, "max_abs_difference")) > 0
     assert _prop(pushed, "pushed") == 0
     summary = json.loads((Path(result.run_dir) / RUN_SUMMARY).read_text())
-    assert TFLITE_REFUSAL in summary["message"]
+    assert summary["reason"] == "tflite_refused"
+    assert _prop(pushed, "conveyor_reason_code") == "tflite_refused"
     report = (Path(result.run_dir) / REPORT_FILE).read_text()
     assert '<tr><td>TF Lite</td><td><span class="badge warn">not passed</span> drift: ' in report
 
