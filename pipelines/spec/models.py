@@ -1111,7 +1111,7 @@ class ConcurrencySpec(StrictModel):
 
 
 class MetricsSpec(StrictModel):
-    """Where each finished run's Prometheus metrics go (pipelines/ops/metrics.py): a
+    """Where each finished run's Prometheus metrics go (pipelines/finish/metrics.py): a
     node-exporter textfile, a Pushgateway, both or neither. A sink that fails is a warning in the
     run's output, never a failed run."""
 
