@@ -172,6 +172,7 @@ def test_answers_written_from_arrays_read_back_as_the_plain_answer():
         "class_ids": np.array([[2], [0]], np.int64),
         "classes": np.array([[b"Gentoo"], [b"Adelie"]], dtype=object),
     }
+
     def as_float32(answer):
         # The float32 values an answer names (TF Serving's 9 digits and the plain answer's
         # shortest form are two texts of one float32), the other values as they are.

@@ -344,7 +344,9 @@ def _scalar(value: Any, dtype: int) -> Any:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise _type_error(value, dtype)
         if type(value) is int and not -_EXACT_INT <= value <= _EXACT_INT:
-            return _int_as_double(value)
+            value = _int_as_double(value)
+        if dtype == DT_FLOAT and not -_FLOAT32_MAX <= value <= _FLOAT32_MAX:
+            return _beyond_float32(value)
         return value
     if dtype == DT_STRING:
         if not isinstance(value, str):
@@ -379,6 +381,19 @@ def _int_as_double(value: int) -> float:
         return float(value)
     except OverflowError:
         return math.copysign(math.inf, value)
+
+
+# Doubles from this magnitude on round to an infinity as float32 (the midpoint between FLT_MAX
+# and 2**128, which rounds to even: up); below it, to FLT_MAX.
+_FLOAT32_OVERFLOW = 2.0**128 - 2.0**103
+
+
+def _beyond_float32(value: float) -> float:
+    """A double beyond float32's range (or NaN) as the float32 it converts to: an infinity, or
+    FLT_MAX for one within half a step of it (so numpy converts it without an overflow)."""
+    if value != value or abs(value) >= _FLOAT32_OVERFLOW:
+        return value if value != value else math.copysign(math.inf, value)
+    return math.copysign(_FLOAT32_MAX, value)
 
 
 def _dense_shape(value: Any) -> list[int]:
@@ -432,9 +447,6 @@ def _array(shape: Sequence[int], flat: list, dtype: int) -> np.ndarray:
         array = np.empty(len(flat), dtype=object)
         array[:] = flat
         return array.reshape(shape)
-    if dtype == DT_FLOAT:
-        with np.errstate(over="ignore"):  # a double beyond float32's range: an infinity
-            return np.asarray(flat, dtype=np.float32).reshape(shape)
     return np.asarray(flat, dtype=NUMPY_DTYPES[dtype]).reshape(shape)
 
 
@@ -680,9 +692,8 @@ def _add_to_feature(value: Any, name: str, feature: Any) -> None:
         # makes of it: an infinity beyond float32's range.
         expect("float_list")
         number = value if isinstance(value, float) else _int_as_double(value)
-        if math.isfinite(number) and abs(number) > _FLOAT32_MAX:
-            with np.errstate(over="ignore"):
-                number = float(np.float32(number))
+        if not -_FLOAT32_MAX <= number <= _FLOAT32_MAX:
+            number = _beyond_float32(number)
         feature.float_list.value.append(number)
     else:
         expect("int64_list")
@@ -731,25 +742,28 @@ def json_values(name: str, array: np.ndarray) -> Any:
 _FLOAT32 = struct.Struct("f")
 
 
-def float32_text(value: float) -> str:
+def float32_text(
+    value: float, _pack=_FLOAT32.pack, _unpack=_FLOAT32.unpack, _isfinite=math.isfinite
+) -> str:
     """A float32 (given as the Python float of its value) as TF Serving writes it
     (WriteDecimal<float>): absl's StrCat, which is "%g"; "%.9g" when those six digits do not read
     back as the same float32; ".0" after a text with neither a point nor an exponent (so `3.0`,
-    `9e+06`, `0.333333343`); NaN, Infinity and -Infinity as such."""
-    if not math.isfinite(value):
+    `9e+06`, `0.333333343`); NaN, Infinity and -Infinity as such. (The defaults bind what each
+    call looks up: it runs once per number of every answer.)"""
+    if not _isfinite(value):
         return "NaN" if value != value else ("Infinity" if value > 0 else "-Infinity")
     text = format(value, "g")
-    if _FLOAT32.unpack(_FLOAT32.pack(float(text)))[0] != value:
+    if _unpack(_pack(float(text)))[0] != value:
         text = format(value, ".9g")
     if "." not in text and "e" not in text:
         text += ".0"
     return text
 
 
-def float64_text(value: float) -> str:
+def float64_text(value: float, _isfinite=math.isfinite) -> str:
     """A double as TF Serving writes it (WriteDecimal<double>): "%g", or "%.17g" when six digits
     do not give the double back; ".0" as for a float32."""
-    if not math.isfinite(value):
+    if not _isfinite(value):
         return "NaN" if value != value else ("Infinity" if value > 0 else "-Infinity")
     text = format(value, "g")
     if float(text) != value:
@@ -759,14 +773,18 @@ def float64_text(value: float) -> str:
     return text
 
 
-def _decimal_array_text(array: np.ndarray) -> str:
+def _decimal_array_text(array: Any) -> str:
     """A float32 or float64 array (or numpy scalar) as TF Serving writes it: nested lists of
     `float32_text` / `float64_text`, a bare number for a scalar."""
-    text = float32_text if array.dtype == np.float32 else float64_text
-    if array.ndim == 0:
+    text = float32_text if array.dtype.char == "f" else float64_text
+    shape = array.shape
+    if not shape:
         return text(float(array))
     texts = [text(v) for v in array.ravel().tolist()]
-    shape = array.shape
+    if len(shape) == 1:
+        return "[" + ",".join(texts) + "]"
+    if len(shape) == 2 and shape[1] == 1:  # a column: one value per row
+        return "[[" + "],[".join(texts) + "]]" if texts else "[]"
     for axis in range(len(shape) - 1, -1, -1):
         size = shape[axis]
         texts = [
@@ -784,7 +802,6 @@ _NATIVE_KINDS = frozenset(
         np.uint8, np.uint16, np.uint32, np.uint64, np.bool_,
     )
 )  # fmt: skip
-_DECIMAL_KINDS = frozenset((np.dtype(np.float32), np.dtype(np.float64)))
 
 
 def _answer_values(name: str, array: np.ndarray) -> Any:
@@ -872,8 +889,8 @@ def dumps(answer: Mapping[str, Any]) -> bytes:
 def _numpy_json(value: Any) -> Any:
     """orjson's `default`: a numpy array or value in an answer, written as TF Serving writes it."""
     if isinstance(value, (np.ndarray, np.generic)):
-        if value.dtype in _DECIMAL_KINDS:
-            return orjson.Fragment(_decimal_array_text(np.asarray(value)))
+        if value.dtype.char in "fd":  # float32, float64
+            return orjson.Fragment(_decimal_array_text(value))
         if value.dtype in _NATIVE_KINDS:
             return orjson.Fragment(orjson.dumps(value, option=orjson.OPT_SERIALIZE_NUMPY))
         return json_values("", np.asarray(value))
