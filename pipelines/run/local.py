@@ -2,8 +2,8 @@
 
 It adds only what running locally needs: a run id it knows in advance (so the resolved spec,
 the log and the summary land in `<workdir>/runs/<pipeline>/<run id>/`), live per-component
-progress, the warm-ups components ask for (the component table's `warm_up`: the infra
-validator's spare model server), and the facts only this runner knows (`RunFacts`: what
+progress, the warm-ups components ask for (the component table's `warm_up`: slow start-up
+work begun beside the node that feeds them), and the facts only this runner knows (`RunFacts`: what
 LocalDagRunner raised, each node's state and time). What the run records is the one run-finish
 contract's (`pipelines.finish.contract.finish_run`), as for every orchestrator.
 

@@ -2,6 +2,7 @@
 
 import gc
 import sys
+from pathlib import Path
 
 import pytest
 from tfx.components.statistics_gen import executor as statistics_gen_executor
@@ -65,3 +66,29 @@ def test_only_the_first_import_in_a_process_freezes_what_it_made(monkeypatch):
         assert gc.get_freeze_count() > frozen_before
     finally:
         gc.unfreeze()
+
+
+def test_the_runner_warms_up_what_the_component_table_asks_for_and_names_no_component(tmp_path):
+    from tfx.dsl.compiler import compiler
+
+    from components.infra_validator import spare
+    from pipelines.builder.pipeline import build_pipeline
+    from pipelines.spec.components import WarmUp
+    from pipelines.spec.loading import load_spec
+
+    spec = load_spec("penguin", env="ci").spec
+    ir = compiler.Compiler().compile(build_pipeline(spec, tmp_path))
+
+    # The infra validator's row declares its spare server; the trainer makes its `model`.
+    assert local._warm_ups(spec, ir) == [(spare.WARM_UP, {"trainer"})]
+    started = []
+    warm_up = WarmUp("model", start=lambda: started.append(1), discard=lambda: None)
+    start = local._warm_up_starter([(warm_up, {"trainer"})])
+    start("evaluator")
+    start("trainer")
+    assert started == [1]
+    # A pipeline whose components ask for nothing gets no starter at all.
+    assert local._warm_up_starter([]) is None
+    # The runner knows no component by name: the table and the component carry the knowledge.
+    source = Path(local.__file__).read_text()
+    assert "infra_validator" not in source and "spare" not in source
