@@ -101,7 +101,7 @@ class RunFacts:
     alert_first: bool = False
 
     @property
-    def spec(self):
+    def spec(self) -> PipelineSpec:
         """The resolved spec the run ran."""
         return self.loaded.spec
 
