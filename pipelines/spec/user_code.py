@@ -26,8 +26,8 @@ import enum
 import hashlib
 from pathlib import Path
 
-from pipelines.spec import sources
 from pipelines.core.project import find_project
+from pipelines.spec import sources
 
 
 class UserCodeError(ValueError):

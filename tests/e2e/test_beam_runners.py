@@ -9,8 +9,8 @@ from google.protobuf import json_format
 
 from pipelines import cli
 from pipelines.core.paths import RunPaths
-from pipelines.ops import nightly
 from pipelines.core.project import find_project
+from pipelines.ops import nightly
 from pipelines.spec.loading import load_spec
 from tests.conftest import assert_same_up_to_float_sums
 

@@ -9,8 +9,8 @@ import yaml
 from pipelines import cli
 from pipelines.core import metadata
 from pipelines.core.paths import RunPaths
-from pipelines.ops import nightly
 from pipelines.core.project import find_project
+from pipelines.ops import nightly
 from pipelines.spec.loading import load_spec
 
 COMPONENTS = [
