@@ -172,6 +172,40 @@ def test_floats_are_written_as_tf_serving_prints_them():
     assert jt.dumps(regress) == b'{"results":[9e+06,2.5]}'
 
 
+def test_many_floats_are_written_as_each_is_written_alone():
+    # Arrays are formatted in bulk (_float_texts); every value must read as float32_text /
+    # float64_text give it: random bit patterns (all exponents, subnormals, NaN, infinities).
+    rng = np.random.default_rng(7)
+    bits = rng.integers(0, 2**32, size=4000, dtype=np.uint64).astype(np.uint32)
+    singles = np.concatenate(
+        [
+            bits.view(np.float32),
+            np.array([0.0, -0.0, 9e6, 3e-5, 1e6, 999999, 123456789], np.float32),
+        ]
+    )
+    with np.errstate(over="ignore", invalid="ignore"):  # whole numbers, some of them huge
+        singles = np.concatenate([singles, np.round(singles[:500] * 1000) / 8])
+    tens = np.array([10.0**k for k in range(-45, 39)], np.float32)  # and their neighbours
+    near = [tens, np.nextafter(tens, np.float32(np.inf)), np.nextafter(tens, np.float32(0))]
+    singles = np.concatenate([singles, *near, -tens])
+    assert jt._float_texts(singles) == [jt.float32_text(v) for v in singles.tolist()]
+    doubles = rng.integers(0, 2**63, size=4000, dtype=np.uint64).view(np.float64)
+    doubles = np.concatenate([doubles, -doubles[:100], np.array([0.1, 1 / 3, 5.0, 1e22])])
+    assert jt._float_texts(doubles) == [jt.float64_text(v) for v in doubles.tolist()]
+    written = jt.dumps({"v": singles[:12].reshape(4, 3)})
+    assert (
+        written
+        == (
+            '{"v":['
+            + ",".join(
+                "[" + ",".join(jt.float32_text(v) for v in row) + "]"
+                for row in singles[:12].reshape(4, 3).tolist()
+            )
+            + "]}"
+        ).encode()
+    )
+
+
 # ------------------------------------------------------------------ 7. error texts
 
 

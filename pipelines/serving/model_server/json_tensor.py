@@ -776,11 +776,14 @@ def float64_text(value: float, _isfinite=math.isfinite) -> str:
 def _decimal_array_text(array: Any) -> str:
     """A float32 or float64 array (or numpy scalar) as TF Serving writes it: nested lists of
     `float32_text` / `float64_text`, a bare number for a scalar."""
-    text = float32_text if array.dtype.char == "f" else float64_text
     shape = array.shape
     if not shape:
-        return text(float(array))
-    texts = [text(v) for v in array.ravel().tolist()]
+        return (float32_text if array.dtype.char == "f" else float64_text)(float(array))
+    return _nested_text(_float_texts(array.ravel()), shape)
+
+
+def _nested_text(texts: list[str], shape: Sequence[int]) -> str:
+    """Numbers' texts, in row-major order, as the JSON text of nested lists of `shape`."""
     if len(shape) == 1:
         return "[" + ",".join(texts) + "]"
     if len(shape) == 2 and shape[1] == 1:  # a column: one value per row
@@ -792,6 +795,69 @@ def _decimal_array_text(array: Any) -> str:
             for group in range(math.prod(shape[:axis]))
         ]
     return texts[0]
+
+
+def _row_fragments(array: np.ndarray) -> list:
+    """A float array's rows (first dimension) as TF Serving writes each, all formatted at once."""
+    texts = _float_texts(array.ravel())
+    if array.ndim == 1:
+        return [orjson.Fragment(text) for text in texts]
+    inner = array.shape[1:]
+    size = math.prod(inner)
+    return [
+        orjson.Fragment(_nested_text(texts[row * size : (row + 1) * size], inner))
+        for row in range(array.shape[0])
+    ]
+
+
+# From this many values on, `_float_texts` formats an array in a few passes over all of it
+# rather than number by number.
+_FLOAT_TEXTS_AT_ONCE = 16
+_SPECIAL_TEXT = {math.inf: "Infinity", -math.inf: "-Infinity"}
+
+
+def _float_texts(flat: np.ndarray) -> list[str]:
+    """`float32_text` (float32) or `float64_text` (float64) of each value of a flat array; for
+    many values with numpy's help: which values "%g" gives back is decided for all at once, then
+    each is formatted once ("%g", or "%.9g" / "%.17g"), and ".0" and the non-finite values' words
+    are put where they apply."""
+    values = flat.tolist()
+    single = flat.dtype.char == "f"
+    if len(values) < _FLOAT_TEXTS_AT_ONCE:
+        text = float32_text if single else float64_text
+        return [text(v) for v in values]
+    finite = np.isfinite(flat)
+    if single:
+        six = _six_digits_suffice(flat).tolist()
+        texts = [format(v, "g" if short else ".9g") for short, v in zip(six, values, strict=True)]
+    else:  # doubles: "%g" of every value, read back to find those it does not give back
+        texts = ("%g\n" * len(values) % tuple(values)).split("\n")
+        texts.pop()
+        redo = np.flatnonzero((np.array(texts, dtype=np.float64) != flat) & finite).tolist()
+        for index in redo:
+            texts[index] = format(values[index], ".17g")
+    with np.errstate(invalid="ignore"):  # trunc of NaN and infinities, masked out below
+        whole = finite & (flat == np.trunc(flat))
+    for index in np.flatnonzero(whole).tolist():
+        if "e" not in texts[index]:  # "%g" of a whole number has no point
+            texts[index] += ".0"
+    if not finite.all():
+        for index in np.flatnonzero(~finite).tolist():
+            texts[index] = _SPECIAL_TEXT.get(values[index], "NaN")
+    return texts
+
+
+def _six_digits_suffice(flat: np.ndarray) -> np.ndarray:
+    """Whether "%g" (six significant digits) of each float32 reads back as it: whether its value
+    rounded to six digits, computed in doubles, converts back to it. (A float32 is within a
+    ten-millionth of its shortest decimal, so when one of at most six digits exists, it is the
+    six-digit rounding, far from a rounding tie; when none exists, no six-digit decimal comes
+    back, whatever the doubles' error.)"""
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):  # zeros, NaN, infinities
+        values = flat.astype(np.float64)
+        scale = 10.0 ** (5 - np.floor(np.log10(np.abs(values))))
+        rounded = (np.round(values * scale) / scale).astype(np.float32)
+    return rounded == flat
 
 
 # Arrays and numpy scalars an answer may hold for `dumps` to write (numbers and bools).
@@ -809,6 +875,17 @@ def _answer_values(name: str, array: np.ndarray) -> Any:
     it as TF Serving does), anything else as json_values."""
     if type(array) is np.ndarray and array.dtype in _NATIVE_KINDS:
         return array
+    return json_values(name, array)
+
+
+def _answer_rows(name: str, array: np.ndarray) -> list:
+    """A tensor's rows for a row-format answer of several outputs: the text of each row of a
+    float array (formatted together, not row by row through `dumps`), other numbers as plain
+    lists, anything else as json_values."""
+    if type(array) is np.ndarray and array.dtype in _NATIVE_KINDS:
+        if array.dtype.char in "fd":
+            return _row_fragments(array)
+        return array.tolist()
     return json_values(name, array)
 
 
@@ -838,26 +915,30 @@ def predict_answer(
                 f"Tensor name: {name} has inconsistent batch size: {shape[0]} expecting: {batch}"
             )
         batch = shape[0]
-    columns = {name: values(name, outputs[name]) for name in names}
     if len(names) == 1:
-        return {"predictions": columns[names[0]]}
+        return {"predictions": values(names[0], outputs[names[0]])}
+    rows = _answer_rows if arrays else json_values
+    columns = {name: rows(name, outputs[name]) for name in names}
     return {"predictions": [{name: columns[name][i] for name in names} for i in range(batch)]}
 
 
 def classify_answer(labels: np.ndarray | None, scores: np.ndarray | None) -> dict:
     """The :classify answer: per example, [label, score] per class; a label is "" without a
     `classes` output, a score 0.0 without `scores` (MakeJsonFromClassificationResult). Scores
-    stay float32 for `dumps` to write as TF Serving does."""
+    are their text as TF Serving writes them (`float32_text`), for `dumps`."""
     rows = (labels if labels is not None else scores).shape[0]
     classes = (labels if labels is not None else scores).shape[1]
     label_values = json_values("classes", labels) if labels is not None else None
+    score_texts = None
+    if scores is not None:
+        score_texts = [orjson.Fragment(t) for t in _float_texts(np.ravel(scores))]
     results = []
     for i in range(rows):
         results.append(
             [
                 [
                     label_values[i][c] if label_values is not None else "",
-                    scores[i, c] if scores is not None else 0.0,
+                    score_texts[i * classes + c] if score_texts is not None else 0.0,
                 ]
                 for c in range(classes)
             ]
