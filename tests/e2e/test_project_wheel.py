@@ -13,6 +13,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -42,7 +43,7 @@ def _run(argv, cwd, env, timeout=900) -> subprocess.CompletedProcess:
 
 
 @pytest.fixture(scope="module")
-def installed(tmp_path_factory) -> dict[str, str]:
+def installed(tmp_path_factory) -> Iterator[dict[str, str]]:
     """The environment of a fresh virtualenv holding Conveyor's wheel and the locked libraries,
     as a shell that activated it would have, outside any project."""
     root = tmp_path_factory.mktemp("wheel")
@@ -69,7 +70,8 @@ def installed(tmp_path_factory) -> dict[str, str]:
     # Python caches its compiles in the fresh virtualenv, so TensorFlow compiles once, not in
     # every process the test starts.
     env.pop("PYTHONDONTWRITEBYTECODE", None)
-    return env
+    yield env
+    shutil.rmtree(venv)  # 3 GB: pytest keeps its last runs' temporary folders
 
 
 def test_a_project_made_by_conveyor_new_runs_from_the_installed_wheel(installed, tmp_path):
