@@ -224,8 +224,8 @@ class SessionSignature:
     The call is a session callable made from CallableOptions (`Session._make_callable_from_options`,
     private): `Session.run` and the public `make_callable` refuse a feed whose shape differs from
     the placeholder's declared one, which TF Serving's Session::Run does not check (its
-    half_plus_three declares `x` as [?,1] and its documentation feeds [3]). The test on that
-    model fails if the private call goes."""
+    half_plus_three declares `x` as [?,1] and its documentation feeds [3]). Without the private
+    call the public one is made, and such a feed is refused; the tests on that model fail."""
 
     def __init__(self, name: str, definition: Any, session: Any, model: str = "", batcher=None):
         from tensorflow.core.protobuf import config_pb2
@@ -242,11 +242,13 @@ class SessionSignature:
             name: json_tensor.NUMPY_DTYPES.get(dtype, object)
             for name, dtype in self.input_dtypes.items()
         }
-        options = config_pb2.CallableOptions(
-            feed=[definition.inputs[name].name for name in self._inputs],
-            fetch=[definition.outputs[name].name for name in self._outputs],
-        )
-        self._run = session._make_callable_from_options(options)
+        feeds = [definition.inputs[name].name for name in self._inputs]
+        fetches = [definition.outputs[name].name for name in self._outputs]
+        make_callable = getattr(session, "_make_callable_from_options", None)
+        if make_callable is not None:
+            self._run = make_callable(config_pb2.CallableOptions(feed=feeds, fetch=fetches))
+        else:  # the public call: feeds must then fit the placeholders' declared shapes
+            self._run = session.make_callable(fetches, feeds)
 
     @property
     def runs_as_one_op(self) -> bool:
