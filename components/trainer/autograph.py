@@ -6,9 +6,10 @@ has `DoNotConvert('keras')`: Keras 2 is written for graph mode (tf.cond and tf.w
 it needs them) and never needed converting. TFX 1.16 needs Keras 2 as the `tf_keras` package,
 which the rule's `keras` prefix does not match, so the first `evaluate` or `fit` of a model
 rewrites tf-keras' training step, losses, metrics and layer calls through Python's `ast`: most
-of the Trainer's time in a cold penguin run, for a model of three Dense layers. The rule added here is the one Keras had; a
-team's own layers and `build_model` code live in their own modules and are converted as before
-(tf-keras' Layer calls `autograph.tf_convert` on each layer's `call`).
+of the Trainer's time in a cold penguin run, for a model of three Dense layers. The rule added
+here is the one Keras had; a team's own layers and `build_model` code live in their own
+modules and are converted as before (tf-keras' Layer calls `autograph.tf_convert` on each
+layer's `call`).
 """
 
 from __future__ import annotations

@@ -275,9 +275,13 @@ def _finish_killed(
     echo: Callable[[str], None],
 ) -> RunResult:
     from pipelines.builder import spans
+    from pipelines.core import failpoints
     from pipelines.core.outcome import Reason
     from pipelines.finish.contract import RunFacts, Stop, finish_run, read_result
 
+    # A failpoint armed for the run belongs to the child that ran it: this parent finishes the
+    # killed run through the same contract and must not stop where its child was stopped.
+    os.environ.pop(failpoints.ENV, None)
     how = how_it_ended(exit_code)
     if received:
         sent = ", ".join(signal.Signals(s).name for s in dict.fromkeys(received))

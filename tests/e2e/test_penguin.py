@@ -11,11 +11,11 @@ import pandas as pd
 import pytest
 import tensorflow as tf
 
-from components.pusher.executor import model_digest
 from pipelines import cli
 from pipelines.core import metadata
 from pipelines.core.paths import RunPaths
 from pipelines.ops import nightly
+from pipelines.serving_state.versions import model_digest
 from pipelines.spec.loading import load_spec
 from pipelines.spec.models import DEFAULT_COMPONENTS
 from tests.conftest import copy_fixture, run_artifacts

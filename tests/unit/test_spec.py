@@ -108,9 +108,7 @@ def test_unknown_component_type_lists_the_known_ones(tmp_path):
 
 
 def test_unknown_profile_and_pipeline_list_what_exists():
-    with pytest.raises(
-        SpecError, match=r"unknown profile 'prod'.*known profiles: .*\bci, "
-    ):
+    with pytest.raises(SpecError, match=r"unknown profile 'prod'.*known profiles: .*\bci, "):
         load_spec("penguin", env="prod")
     with pytest.raises(SpecError, match=r"unknown pipeline 'pengiun'.*known pipelines: penguin"):
         load_spec("pengiun")
