@@ -1143,7 +1143,8 @@ def missing_image(runtime: RuntimeSpec, target: Orchestrator) -> str | None:
 
 
 class RuntimeSpec(StrictModel):
-    """Where and how a run executes; profiles in `configs/` set these."""
+    """Where and how a run executes; profiles (Conveyor's and the project's `configs/`) set
+    these."""
 
     enable_cache: bool = Field(
         default=True,
