@@ -257,6 +257,24 @@ def test_eager_tensor_made_directly():
     assert tensor.dtype == tf.float32 and tensor.numpy().tolist() == [1.5, 2.5]
 
 
+def test_session_make_callable_from_options():
+    import tensorflow as tf
+    from tensorflow.core.protobuf import config_pb2
+
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, [None, 1], name="x")
+        tf.identity(x * 2.0, name="y")
+    session = tf.compat.v1.Session(graph=graph)
+    make = getattr(session, "_make_callable_from_options", None)
+    assert make is not None, _changed(
+        "tensorflow Session._make_callable_from_options", f"{SERVABLE}: SessionSignature"
+    )
+    run = make(config_pb2.CallableOptions(feed=["x:0"], fetch=["y:0"]))
+    # A feed of another shape than the placeholder declares, as TF Serving allows.
+    assert run(np.array([1.0, 2.0], np.float32))[0].tolist() == [2.0, 4.0]
+
+
 def test_eager_tensor_numpy_without_copy():
     import tensorflow as tf
 
