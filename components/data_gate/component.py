@@ -22,6 +22,7 @@ from typing import Any
 from tensorflow_metadata.proto.v0 import anomalies_pb2, schema_pb2, statistics_pb2
 from tfx.dsl.component.experimental.annotations import InputArtifact, OutputArtifact, Parameter
 from tfx.dsl.component.experimental.decorators import component
+from tfx.dsl.io import fileio
 from tfx.types import artifact, artifact_utils, standard_artifacts
 
 from pipelines.core.artifact_files import GATE_FINDINGS_FILE
@@ -95,7 +96,7 @@ def read_anomalies(anomalies_artifact) -> dict[str, anomalies_pb2.Anomalies]:
             artifact_utils.get_split_uri([anomalies_artifact], split), ANOMALIES_FILE
         )
         anomalies = anomalies_pb2.Anomalies()
-        with open(path, "rb") as handle:
+        with fileio.open(path, "rb") as handle:
             anomalies.ParseFromString(handle.read())
         result[split] = anomalies
     return result
@@ -106,7 +107,7 @@ def read_statistics(statistics_artifact, split: str = GATED_SPLIT):
     `train` split the gate measures drift and skew on)."""
     path = os.path.join(artifact_utils.get_split_uri([statistics_artifact], split), STATS_FILE)
     stats = statistics_pb2.DatasetFeatureStatisticsList()
-    with open(path, "rb") as handle:
+    with fileio.open(path, "rb") as handle:
         stats.ParseFromString(handle.read())
     return stats
 
@@ -187,11 +188,9 @@ def measure(
 
 def serving_statistics(serving_data_dir: str):
     """TFDV statistics of the logged serving requests, or None when there are none."""
-    import glob
-
     import tensorflow_data_validation as tfdv
 
-    files = sorted(glob.glob(os.path.join(serving_data_dir, "*.csv")))
+    files = fileio.glob(os.path.join(serving_data_dir, "*.csv"))
     if not files:
         return None
     return tfdv.generate_statistics_from_csv(data_location=os.path.join(serving_data_dir, "*.csv"))
@@ -219,6 +218,15 @@ def problems_of(findings: dict[str, Any]) -> list[str]:
                     f"threshold {row['threshold']:g} (against {against})"
                 )
     return problems
+
+
+def write_findings(uri: str, findings: dict[str, Any]) -> None:
+    """Writes `findings.json` into the findings artifact's folder, creating it: no orchestrator
+    promises the folder exists (Kubeflow's entry point creates none), and on Vertex AI the URI
+    is `gs://...`, which TFX's file I/O reaches and `open` does not."""
+    fileio.makedirs(uri)
+    with fileio.open(os.path.join(uri, GATE_FINDINGS_FILE), "w") as handle:
+        handle.write(json.dumps(findings, indent=2))
 
 
 @component
@@ -275,8 +283,7 @@ def DataGate(  # noqa: N802 - TFX names components like classes
     result["passed"] = not problems
     if problems:  # the run's reason code, recorded with what the gate found
         result["reason"] = DataGateError.reason.value
-    with open(os.path.join(findings.uri, GATE_FINDINGS_FILE), "w") as handle:
-        json.dump(result, handle, indent=2)
+    write_findings(findings.uri, result)
     if problems:
         raise DataGateError(
             f"Data gate: the data in {input_base} ({data_description}) is not fit to train on, "

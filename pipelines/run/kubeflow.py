@@ -7,7 +7,10 @@ module adds only what KFP itself needs:
 
 - each node's container gets the profile's resources (`runtime.container.resources`: `default`,
   then the node's own entry), GPUs included;
-- custom artifact types whose names KFP's schema titles reject get a `conveyor.Name` title;
+- custom artifact types whose names KFP's schema titles reject get a `conveyor.Name` title,
+  and every container's command is Conveyor's entry point (`pipelines.run.kubeflow_entrypoint`)
+  told each custom title's class, in front of TFX's, which imports a custom title as a class
+  path and so could not read a `conveyor.Name` artifact;
 - the job's output directory and the nightly schedule for KFP and Vertex AI;
 - an exit handler (`components.run_finish`), which KFP runs after every task, whatever their
   state: it hands the run-finish contract every orchestrator calls
@@ -34,12 +37,11 @@ from typing import Any
 from pipelines.spec.loading import LoadedSpec
 from pipelines.spec.models import Orchestrator, PipelineSpec, ResourcesSpec
 
-# TFX's own entry point for every executor container (KubeflowV2DagRunnerConfig's default).
-EXECUTOR_COMMAND = [
-    "python",
-    "-m",
-    "tfx.orchestration.kubeflow.v2.container.kubeflow_v2_run_executor",
-]
+# Every executor container's command: TFX's own entry point (KubeflowV2DagRunnerConfig's
+# default) behind Conveyor's, which first tells it the class of each custom artifact type (the
+# compiled command adds one `--artifact_type` flag per type; see `pipelines.run.
+# kubeflow_entrypoint`).
+EXECUTOR_COMMAND = ["python", "-m", "pipelines.run.kubeflow_entrypoint"]
 
 
 EXIT_HANDLER_ID = "run_finish"
@@ -49,8 +51,10 @@ PIPELINE_DAG = "tfx-dag"  # the sub-DAG KFP puts the pipeline's tasks in when it
 _KFP_TYPE_TITLE = re.compile(r"^[a-z][a-z0-9-_]{2,20}[.][A-Z][a-zA-Z0-9-_]{2,49}$")
 
 
-def _kfp_artifact_types(pipeline) -> list[str]:
-    """Gives custom artifact types whose names KFP rejects a `conveyor.Name` title on KFP.
+def _kfp_artifact_types(pipeline) -> tuple[list[str], dict[str, str]]:
+    """Gives custom artifact types whose names KFP rejects a `conveyor.Name` title on KFP;
+    returns what was renamed, and the class of every custom type's title (what the task's
+    entry point imports it from: KFP's titles are not import paths).
 
     KFP encodes a custom artifact type as a schema title `namespace.Name`; locally the type
     keeps its ML Metadata name, so existing stores are unaffected.
@@ -59,18 +63,30 @@ def _kfp_artifact_types(pipeline) -> list[str]:
 
     standard = compiler_utils._SUPPORTED_STANDARD_ARTIFACT_TYPES
     renamed: dict[type, type] = {}
+    classes: dict[str, str] = {}
     notes = []
     for node in pipeline.components:
         for channel in node.outputs.values():
             original = channel.type
-            if original in standard or _KFP_TYPE_TITLE.fullmatch(original.TYPE_NAME):
+            if original in standard or original in renamed.values():
                 continue
-            if original not in renamed:
-                title = "conveyor." + re.sub(r"^Conveyor", "", original.TYPE_NAME)
-                renamed[original] = type(original.__name__, (original,), {"TYPE_NAME": title})
-                notes.append(f"{original.TYPE_NAME} -> {title}")
-            channel.type = renamed[original]
-    return notes
+            if not _KFP_TYPE_TITLE.fullmatch(original.TYPE_NAME):
+                if original not in renamed:
+                    title = "conveyor." + re.sub(r"^Conveyor", "", original.TYPE_NAME)
+                    renamed[original] = type(original.__name__, (original,), {"TYPE_NAME": title})
+                    notes.append(f"{original.TYPE_NAME} -> {title}")
+                channel.type = renamed[original]
+            classes[channel.type.TYPE_NAME] = f"{original.__module__}.{original.__qualname__}"
+    return notes, classes
+
+
+def executor_command(artifact_classes: dict[str, str]) -> list[str]:
+    """The command of every executor container: Conveyor's entry point, told the class of each
+    custom artifact type's title, in front of TFX's."""
+    from pipelines.run.kubeflow_entrypoint import artifact_type_flag
+
+    flags = [artifact_type_flag(t, c) for t, c in sorted(artifact_classes.items())]
+    return [*EXECUTOR_COMMAND, *flags]
 
 
 def resource_spec(resources: ResourcesSpec):
@@ -97,9 +113,9 @@ def _merged_resources(spec: PipelineSpec, node_id: str) -> ResourcesSpec | None:
     return ResourcesSpec(**merged)
 
 
-def attach_resources(pipeline, spec: PipelineSpec) -> dict[str, list[str]]:
+def attach_resources(pipeline, spec: PipelineSpec) -> tuple[dict[str, list[str]], dict[str, str]]:
     """Gives each node's container the profile's resources and KFP-valid artifact type titles;
-    returns what changed, per node."""
+    returns what changed, per node, and the class of each custom artifact type's title."""
     changes: dict[str, list[str]] = {}
     for node in pipeline.components:
         resources = _merged_resources(spec, node.id)
@@ -108,10 +124,10 @@ def attach_resources(pipeline, spec: PipelineSpec) -> dict[str, list[str]]:
             changes.setdefault(node.id, []).append(
                 f"resources {resources.model_dump(exclude_defaults=True)}"
             )
-    renamed = _kfp_artifact_types(pipeline)
+    renamed, classes = _kfp_artifact_types(pipeline)
     if renamed:
         changes["artifact types"] = renamed
-    return changes
+    return changes, classes
 
 
 def job_tasks(pipeline_spec: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -225,12 +241,12 @@ def compile_pipeline(loaded: LoadedSpec, workdir: str, output: Path) -> list[Pat
 
     spec = loaded.spec
     pipeline = build_pipeline(spec, Path(workdir), target=Orchestrator.KUBEFLOW)
-    attach_resources(pipeline, spec)
+    _, artifact_classes = attach_resources(pipeline, spec)
     runner = kfp_runner.KubeflowV2DagRunner(
         config=kfp_runner.KubeflowV2DagRunnerConfig(
             display_name=spec.name,
             default_image=spec.runtime.container.image,
-            default_commands=EXECUTOR_COMMAND,
+            default_commands=executor_command(artifact_classes),
         ),
     )
     runner.set_exit_handler(exit_handler(spec, workdir))

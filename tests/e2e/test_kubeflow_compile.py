@@ -13,9 +13,17 @@ from google.protobuf import json_format
 from pipelines import cli
 from pipelines.builder.pipeline import build_pipeline
 from pipelines.core.project import find_project
-from pipelines.run.kubeflow import EXECUTOR_COMMAND, EXIT_HANDLER_ID, PIPELINE_DAG, job_tasks
+from pipelines.run.kubeflow import (
+    EXECUTOR_COMMAND,
+    EXIT_HANDLER_ID,
+    PIPELINE_DAG,
+    executor_command,
+    job_tasks,
+)
+from pipelines.run.kubeflow_entrypoint import split_arguments
 from pipelines.spec import loading as config
 from pipelines.spec.loading import load_spec
+from tests.kfp_executor import type_title
 
 SERVED_MODEL_RESOLVERS = {"baseline_resolver", "warm_start_resolver"}
 BYPASSED_RESOLVERS = {"span_window_resolver", "drift_baseline_resolver"}
@@ -108,7 +116,7 @@ def test_image_commands_beam_args_and_resources_are_the_profiles(compiled, name)
     ) | {EXIT_HANDLER_ID}
     for task, container in containers.items():
         assert container["image"] == runtime.container.image, task
-        assert container["command"] == EXECUTOR_COMMAND, task
+        assert container["command"] == executor_command(_custom_types(job)), task
         args = container["args"]
         assert args[-len(runtime.beam_args) :] == list(runtime.beam_args), task
         expected = runtime.container.resources.get(task) or runtime.container.resources["default"]
@@ -120,6 +128,40 @@ def test_image_commands_beam_args_and_resources_are_the_profiles(compiled, name)
         executor = args[args.index("--executor_class_path") + 1]
         module, _, attribute = executor.rpartition(".")
         assert hasattr(importlib.import_module(module), attribute), executor
+
+
+def _custom_types(job: dict) -> dict[str, str]:
+    """Each custom artifact type's title in the job -> its class's import path."""
+    from tfx.orchestration.kubeflow.v2 import compiler_utils
+
+    titles = {
+        type_title(definition["artifactType"])
+        for component in job["pipelineSpec"]["components"].values()
+        for side in ("inputDefinitions", "outputDefinitions")
+        for definition in component.get(side, {}).get("artifacts", {}).values()
+    } - set(compiler_utils.TITLE_TO_CLASS_PATH)
+    known = {
+        "conveyor.DataGateFindings": "components.data_gate.component.DataGateFindings",
+        "conveyor.TFLiteModel": "components.tflite.artifact.TFLiteModel",
+    }
+    return {title: known[title] for title in titles}
+
+
+@pytest.mark.parametrize("name", config.list_pipelines())
+def test_every_custom_artifact_type_is_named_to_the_entry_point_with_its_class(compiled, name):
+    # TFX's entry point imports a custom type's schema title as a class path; KFP's titles
+    # (`conveyor.DataGateFindings`) are not one, so the command tells it each type's class.
+    from tfx.utils.import_utils import import_class_by_path
+
+    job, _ = compiled[name]
+    command = _executors(job)["data_gate"]["command"]
+    assert command[: len(EXECUTOR_COMMAND)] == EXECUTOR_COMMAND
+    types, rest = split_arguments(command[len(EXECUTOR_COMMAND) :])
+    assert rest == []
+    assert "conveyor.DataGateFindings" in types
+    for title, class_path in types.items():
+        artifact_class = import_class_by_path(class_path)
+        assert title in (artifact_class.TYPE_NAME, "conveyor." + artifact_class.TYPE_NAME)
 
 
 def test_project_files_point_into_the_image(compiled):
