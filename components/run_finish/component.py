@@ -3,7 +3,8 @@ of the run.
 
 Kubeflow Pipelines (and Vertex AI) run an exit handler once the pipeline's tasks are done,
 whatever their state, and hand it the run's final status: a JSON `PipelineTaskFinalStatus`
-(kfp-pipeline-spec) with the state (`SUCCEEDED`, `FAILED`, `CANCELLED`...) and the error. This
+(kfp-pipeline-spec) with the state (Vertex AI's `SUCCEEDED`, `FAILED`, `CANCELLED`, or open-source
+KFP's `COMPLETE`, `FAILED`, `CANCELED`) and the error. This
 component turns it into the facts only KFP knows (`final_status_facts`) and calls the contract
 every orchestrator calls (`pipelines.finish.contract.finish_run`), which writes the run's
 summary and report where `conveyor report RUN_ID --workdir W` finds them
@@ -41,8 +42,11 @@ evaluation's values, the blessings and the span. The outcome record exists only 
 from tfx.dsl.component.experimental.annotations import Parameter
 from tfx.dsl.component.experimental.decorators import component
 
-SUCCEEDED = "SUCCEEDED"
-CANCELLED = "CANCELLED"
+# How the run ended, in either vocabulary: Vertex AI gives a pipeline task's state (`SUCCEEDED`,
+# `CANCELLED`), open-source KFP's driver the state of the DAG's ML Metadata execution
+# (`COMPLETE`, `CANCELED`; backend/src/v2/driver/resolve.go).
+SUCCEEDED_STATES = frozenset({"SUCCEEDED", "COMPLETE"})
+CANCELLED_STATES = frozenset({"CANCELLED", "CANCELED"})
 
 
 def parse_final_status(final_status: str):
@@ -72,13 +76,13 @@ def final_status_stop(status):
     from pipelines.finish.contract import Stop
 
     state = status.state.upper() or "UNKNOWN"
-    if state == SUCCEEDED:
+    if state in SUCCEEDED_STATES:
         return None
     error = status.error.message.strip()
     message = f"the Kubeflow run {_job(status) or '(unnamed)'} ended {state}" + (
         f": {error}" if error else " (KFP gave no error message)"
     )
-    reason = Reason.INTERRUPTED if state == CANCELLED else Reason.COMPONENT_FAILED
+    reason = Reason.INTERRUPTED if state in CANCELLED_STATES else Reason.COMPONENT_FAILED
     return Stop(reason, message)
 
 
