@@ -1,0 +1,216 @@
+"""The compiled Kubeflow job, executed: `conveyor compile penguin --profile kubeflow` (with the
+`ci` profile's sizes), run task by task by tests/kfp_executor.py as KFP's launcher and Vertex AI
+would run it: each task's container command in a subprocess of this virtualenv, its executor
+input built from the job, `pipeline_root` and the workdir in a local folder standing for the
+bucket Vertex AI mounts at `/gcs/`.
+
+One compile and one bucket through the module, in order: a first night that pushes version 1
+and serves it; a second night on new data, whose baseline resolver finds the first night's
+blessed model in the artifact record; a night whose data lacks a column, stopped at the data
+gate with serving untouched.
+"""
+
+import json
+import shutil
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import tensorflow as tf
+
+from pipelines import cli
+from pipelines.core.paths import RUN_SUMMARY, RunPaths
+from pipelines.core.project import find_project
+from pipelines.run.kubeflow import EXIT_HANDLER_ID, PIPELINE_DAG, job_tasks
+from pipelines.serving_state.versions import model_digest, served_versions
+from pipelines.spec.loading import load_spec
+from tests.conftest import copy_fixture
+from tests.kfp_executor import SUCCEEDED, ArtifactRecord, JobExecutor, type_title
+
+PIPELINE = "penguin"
+MOUNT = "/gcs/"
+
+
+def _image_environment(project: Path, home: Path) -> dict[str, str]:
+    """The Dockerfile's environment, with the project where this checkout has it."""
+    return {
+        "HOME": str(home),
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "PYTHONUNBUFFERED": "1",
+        "TF_USE_LEGACY_KERAS": "1",
+        "TF_CPP_MIN_LOG_LEVEL": "3",
+        "CONVEYOR_PROJECT": str(project),
+        "PYTHONPATH": str(project),
+    }
+
+
+def _ci_sizes() -> list[str]:
+    """`--set` values giving the Kubeflow job the `ci` profile's sizes and Beam options."""
+    ci = load_spec(PIPELINE, env="ci").spec
+    return [
+        f"trainer.train_steps={ci.trainer.train_steps}",
+        f"trainer.eval_steps={ci.trainer.eval_steps}",
+        f"runtime.beam_args={json.dumps(list(ci.runtime.beam_args))}",
+    ]
+
+
+@pytest.fixture(scope="module")
+def bucket(tmp_path_factory):
+    """The job compiled once, the bucket's folder with tonight's data, and an executor."""
+    tmp = tmp_path_factory.mktemp("kubeflow-run")
+    project = find_project().root
+    output = tmp / f"{PIPELINE}.json"
+    # The image holds the project at runtime.container.project_root; here it is the checkout.
+    sets = [*_ci_sizes(), f"runtime.container.project_root={project}"]
+    argv = ["compile", PIPELINE, "--env", "kubeflow", "--output", str(output)]
+    started = time.monotonic()
+    assert cli.main(argv + [a for s in sets for a in ("--set", s)]) == 0
+    compile_seconds = time.monotonic() - started
+    job = json.loads(output.read_text())
+    spec = load_spec(PIPELINE, env="kubeflow", overrides=sets).spec
+    pod_workdir = spec.runtime.workdir
+    assert pod_workdir.startswith(MOUNT), pod_workdir
+    gcs = tmp / "gcs"
+    workdir = gcs / pod_workdir[len(MOUNT) :]
+    assert cli.main(["data", PIPELINE, "--workdir", str(workdir)]) == 0
+    paths = RunPaths(workdir=workdir, spec=spec)
+    shutil.copytree(paths.input_dir, tmp / "good-data")
+    (tmp / "home").mkdir()
+    executor = JobExecutor(
+        job,
+        ArtifactRecord(tmp / "artifact-record.json"),
+        mounts={MOUNT: gcs},
+        env=_image_environment(project, tmp / "home"),
+        cwd=project,
+    )
+    return {
+        "job": job,
+        "paths": paths,
+        "gcs": gcs,
+        "tmp": tmp,
+        "executor": executor,
+        "compile_seconds": compile_seconds,
+    }
+
+
+@pytest.fixture(scope="module")
+def first_night(bucket):
+    started = time.monotonic()
+    run = bucket["executor"].run("penguin-night-1")
+    print(
+        f"compile {bucket['compile_seconds']:.0f} s; first night {time.monotonic() - started:.0f} s"
+    )
+    return run
+
+
+def _summary(bucket, run) -> dict:
+    return json.loads((bucket["paths"].runs_dir / run.run_id / RUN_SUMMARY).read_text())
+
+
+def test_every_task_of_the_job_ran_and_succeeded(bucket, first_night):
+    run = first_night
+    assert run.failed() == [], {n: run.tasks[n].error for n in run.failed()}
+    assert run.state == SUCCEEDED
+    expected = set(job_tasks(bucket["job"]["pipelineSpec"])) | {PIPELINE_DAG}
+    assert {name: t.state for name, t in run.tasks.items()} == dict.fromkeys(expected, SUCCEEDED)
+    # The exit handler ran last, told that the pipeline's DAG succeeded.
+    assert list(run.tasks)[-1] == EXIT_HANDLER_ID
+    assert run.final_status["state"] == SUCCEEDED
+
+
+def test_the_pusher_pushed_version_1_and_it_classifies_penguins(bucket, first_night):
+    serving = bucket["paths"].serving_dir
+    assert served_versions(str(serving)) == [1]
+    serve = tf.saved_model.load(str(serving / "1")).signatures["serving_default"]
+    rows = pd.read_csv(bucket["tmp"] / "good-data" / "penguins.csv").iloc[[0, 200, 300]]
+    outputs = serve(
+        island=tf.constant(rows["island"].tolist()),
+        sex=tf.constant(rows["sex"].fillna("").tolist()),
+        **{
+            column: tf.constant(rows[column].astype("float32").tolist())
+            for column in ("bill_length_mm", "bill_depth_mm", "flipper_length_mm", "body_mass_g")
+        },
+    )
+    assert [c.decode() for c in outputs["classes"].numpy()] == rows["species"].tolist()
+
+
+def test_outputs_are_where_kfp_puts_them(bucket, first_night):
+    run = first_night
+    root = Path(bucket["executor"].local(bucket["job"]["runtimeConfig"]["gcsOutputDirectory"]))
+    assert root.is_relative_to(bucket["gcs"])
+    run_root = root / PIPELINE / run.run_id
+    containers = [t for t in run.tasks.values() if t.kind == "container"]
+    assert containers
+    for task in containers:
+        outputs = task.executor_input["outputs"]
+        task_root = Path(outputs["outputFile"]).parent
+        assert task_root.parent == run_root / task.name, task.name
+        for key, listed in task.artifacts.items():
+            (artifact,) = listed
+            assert Path(artifact["uri"]) == task_root / key, (task.name, key)
+    produced = {
+        (task.name, key): Path(listed[0]["uri"])
+        for task in containers
+        for key, listed in task.artifacts.items()
+    }
+    for task, key in [
+        ("csv_example_gen", "examples"),
+        ("statistics_gen", "statistics"),
+        ("schema_gen", "schema"),
+        ("example_validator", "anomalies"),
+        ("data_gate", "findings"),
+        ("trainer", "model"),
+        ("evaluator", "evaluation"),
+        ("evaluator", "blessing"),
+        ("pusher", "pushed_model"),
+    ]:
+        assert any(produced[(task, key)].iterdir()), (task, key)
+    findings = json.loads((produced[("data_gate", "findings")] / "findings.json").read_text())
+    assert findings["passed"] is True
+    assert (produced[("evaluator", "blessing")] / "BLESSED").is_file()
+
+
+def test_the_exit_handler_recorded_the_push(bucket, first_night):
+    summary = _summary(bucket, first_night)
+    assert summary["outcome"] == "pushed", summary
+    assert summary["reason"] == "pushed"
+
+
+def test_a_second_night_compares_with_the_first_nights_blessed_model(bucket, first_night):
+    paths = bucket["paths"]
+    good = pd.read_csv(bucket["tmp"] / "good-data" / "penguins.csv")
+    # New data: the same penguins in another order, without the last ten.
+    good.sample(frac=1.0, random_state=2).iloc[:-10].to_csv(
+        paths.input_dir / "penguins.csv", index=False
+    )
+    second = bucket["executor"].run("penguin-night-2")
+    assert second.failed() == [], {n: second.tasks[n].error for n in second.failed()}
+    (baseline,) = second.tasks["baseline_resolver-model-resolver"].artifacts["model"]
+    (first_model,) = first_night.tasks["trainer"].artifacts["model"]
+    assert baseline["uri"] == first_model["uri"]
+    assert type_title(baseline["type"]) == "tfx.Model"
+    # The evaluator's decision and the serving folder agree with what the exit handler says.
+    blessed = (Path(second.tasks["evaluator"].artifacts["blessing"][0]["uri"]) / "BLESSED").exists()
+    assert served_versions(str(paths.serving_dir)) == ([1, 2] if blessed else [1])
+    summary = _summary(bucket, second)
+    assert summary["outcome"] == ("pushed" if blessed else "not_pushed"), summary
+
+
+def test_a_night_without_a_column_stops_at_the_data_gate(bucket, first_night):
+    paths = bucket["paths"]
+    versions = served_versions(str(paths.serving_dir))
+    served = model_digest(str(paths.serving_dir / str(versions[-1])))
+    copy_fixture("penguins_missing_column.csv", paths.input_dir, "penguins.csv")
+    blocked = bucket["executor"].run("penguin-night-3")
+    assert blocked.failed() == ["data_gate"]
+    assert "flipper_length_mm" in blocked.tasks["data_gate"].error
+    for name in ("trainer", "evaluator", "pusher"):
+        assert blocked.tasks[name].state == "NOT_TRIGGERED", name
+    assert blocked.tasks[EXIT_HANDLER_ID].state == SUCCEEDED
+    assert served_versions(str(paths.serving_dir)) == versions
+    assert model_digest(str(paths.serving_dir / str(versions[-1]))) == served
+    summary = _summary(bucket, blocked)
+    # What the exit handler can say today: the run failed, and which task (KFP's error).
+    assert summary["outcome"] == "failed", summary
+    assert "data_gate" in summary["message"]
