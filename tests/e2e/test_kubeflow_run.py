@@ -163,9 +163,13 @@ def test_outputs_are_where_kfp_puts_them(bucket, first_night):
         ("trainer", "model"),
         ("evaluator", "evaluation"),
         ("evaluator", "blessing"),
-        ("pusher", "pushed_model"),
     ]:
         assert any(produced[(task, key)].iterdir()), (task, key)
+    # The Pusher's artifact is its metadata (KFP records it; no folder is written).
+    (pushed,) = run.tasks["pusher"].artifacts["pushed_model"]
+    assert pushed["metadata"]["pushed"] == 1
+    assert pushed["metadata"]["pushed_version"] == "1"
+    assert pushed["metadata"]["pushed_destination"] == str(bucket["paths"].serving_dir / "1")
     findings = json.loads((produced[("data_gate", "findings")] / "findings.json").read_text())
     assert findings["passed"] is True
     assert (produced[("evaluator", "blessing")] / "BLESSED").is_file()
