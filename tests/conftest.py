@@ -18,11 +18,19 @@ os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 # configs/team_mysql.yaml names its password's variable; building a pipeline reads it (tests
 # that need a real or a missing password set or delete it themselves).
 os.environ.setdefault("CONVEYOR_MYSQL_PASSWORD", "not-a-real-password")
+# TensorFlow picks its gs:// filesystem when it is imported: tensorflow-io's plugin, which
+# honours the storage emulators' endpoint (pipelines.core.storage.configure sets the same), even
+# where another test imported TensorFlow before the emulators started.
+os.environ.setdefault("TF_USE_MODULAR_FILESYSTEM", "1")
 
 DATA_DIR = Path(__file__).parent / "data"
 # The suite tests Conveyor on its example project, this repository's root, from any folder (some
 # tests run commands in a temporary one); the subprocesses they start inherit it.
 os.environ.setdefault("CONVEYOR_PROJECT", str(Path(__file__).resolve().parents[1]))
+
+# gs:// and s3:// emulators for the whole session, started on first use (after the environment
+# above is set).
+from tests.storage_emulators import storage_emulators  # noqa: E402,F401
 
 
 def pytest_collection_modifyitems(items):

@@ -1133,6 +1133,64 @@ class MetricsSpec(StrictModel):
     )
 
 
+_ENDPOINT = re.compile(r"^https?://[A-Za-z0-9.-]+(:[0-9]{1,5})?/?$")
+
+
+def _endpoint(value: str | None) -> str | None:
+    if value is not None and not _ENDPOINT.match(value):
+        raise ValueError(
+            f"endpoint {value!r} is not http(s)://HOST[:PORT]: the URL of the service, without "
+            "a path"
+        )
+    return value.rstrip("/") if value else value
+
+
+Endpoint = Annotated[str | None, AfterValidator(_endpoint)]
+
+
+class GcsStorageSpec(StrictModel):
+    """How this run reaches gs:// (docs/storage.md). Credentials never come from here: Google's
+    application default credentials from the environment (GOOGLE_APPLICATION_CREDENTIALS, the
+    metadata server of GCE/GKE/Vertex AI, `gcloud auth application-default login`)."""
+
+    endpoint: Endpoint = Field(
+        default=None,
+        description="A GCS emulator's URL (http://127.0.0.1:9023); unset: Google Cloud Storage "
+        "itself. Given, no Google credentials are looked for or sent.",
+    )
+
+
+class S3StorageSpec(StrictModel):
+    """How this run reaches s3:// (docs/storage.md). Credentials never come from here: AWS's own
+    chain from the environment (AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, AWS_PROFILE, an
+    instance or pod role)."""
+
+    endpoint: Endpoint = Field(
+        default=None,
+        description="An S3-compatible service's URL (MinIO, Ceph, an emulator); unset: AWS S3 "
+        "itself.",
+    )
+    region: Annotated[str, Field(pattern=r"^[a-z0-9]+(-[a-z0-9]+)*$")] | None = Field(
+        default=None,
+        description="The buckets' region (eu-west-1); unset: what the environment says "
+        "(AWS_REGION, AWS_DEFAULT_REGION), else us-east-1.",
+    )
+    path_style: bool = Field(
+        default=False,
+        description="Address buckets as ENDPOINT/BUCKET/KEY rather than BUCKET.ENDPOINT/KEY, as "
+        "most S3-compatible services need.",
+    )
+
+
+class StorageSpec(StrictModel):
+    """How gs:// and s3:// are reached, as `pipelines.core.storage.configure` sets it in a
+    process's environment (and so in the processes it starts). Conveyor's commands do not call
+    it yet, nor take URIs as paths: docs/storage.md."""
+
+    gcs: GcsStorageSpec = Field(default=GcsStorageSpec(), description="Google Cloud Storage.")
+    s3: S3StorageSpec = Field(default=S3StorageSpec(), description="S3 and S3-compatible stores.")
+
+
 def missing_image(runtime: RuntimeSpec, target: Orchestrator) -> str | None:
     """Why `target` cannot run without an image when the runtime names none, else None."""
     if target is Orchestrator.KUBEFLOW and not runtime.container.image:
@@ -1185,6 +1243,11 @@ class RuntimeSpec(StrictModel):
         default=ConcurrencySpec(),
         description="One run of a pipeline at a time per workdir: what a run does while "
         "another holds the lock.",
+    )
+    storage: StorageSpec = Field(
+        default=StorageSpec(),
+        description="How gs:// and s3:// are reached: emulator or service endpoints, region, "
+        "addressing (never credentials: those come from the environment).",
     )
     log_format: LogFormat = Field(
         default=LogFormat.TEXT,

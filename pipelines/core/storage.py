@@ -1,0 +1,729 @@
+"""Files that may live in an object store: the one place Conveyor touches a path that may be
+`gs://BUCKET/PATH` or `s3://BUCKET/PATH` rather than a local path.
+
+Local paths go through Python's own `os`, `open` and `shutil`, exactly as before: a local
+write is atomic (a temporary file renamed over its target) and nothing here imports TensorFlow
+for them, so `conveyor validate` stays fast. URIs go through the filesystems TFX and Beam read
+and write with, so what Conveyor writes is what a component reads:
+
+- `tf.io.gfile` (TFX's `fileio` is built on it) for reading, writing, listing and copying:
+  gs:// through tensorflow-io-gcs-filesystem (with `TF_USE_MODULAR_FILESYSTEM=1`, the plugin that
+  honours an emulator's endpoint), s3:// through tensorflow-io's S3 plugin;
+- Beam's `FileSystems` for matching a pattern (one listing of the prefix, where TensorFlow's glob
+  lists folder by folder);
+- the stores' own clients (google-cloud-storage and boto3, which Beam's filesystems are built
+  on) for `stat`: the object's generation, CRC32C, MD5 or ETag, which neither TensorFlow nor
+  Beam's `FileSystems` exposes.
+
+`configure` puts what those libraries need (endpoints, region, addressing, caches) in the
+environment of this process and of every process it starts, Beam's workers included.
+Credentials are never set here: each library finds its own in the environment (for a GCS
+emulator, which checks none, google-auth is given a placeholder; see `configure`).
+
+TensorFlow, Beam and the clients are imported inside functions, only when a URI is used.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import dataclasses
+import errno
+import functools
+import glob as local_glob
+import os
+import re
+import shutil
+import sys
+import tempfile
+from collections.abc import Iterator, MutableMapping
+from typing import IO, Any, Protocol
+
+SCHEMES = ("gs", "s3")
+DOCS = "docs/storage.md"
+
+_URI = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*):(//?)(.*)$", re.DOTALL)
+# Bucket names as the stores accept them (lower case; GCS also allows `_`, and dotted names up
+# to 222 characters made of parts of at most 63).
+_BUCKETS = {
+    "gs": re.compile(r"^(?=.{3,222}$)[a-z0-9][a-z0-9._-]*[a-z0-9]$"),
+    "s3": re.compile(r"^(?=.{3,63}$)[a-z0-9][a-z0-9.-]*[a-z0-9]$"),
+}
+_BUCKET_RULES = {
+    "gs": "3 to 63 characters (222 with dots) of lower-case letters, digits, '-', '_' and '.', "
+    "starting and ending with a letter or digit",
+    "s3": "3 to 63 characters of lower-case letters, digits, '-' and '.', starting and ending "
+    "with a letter or digit",
+}
+
+
+class StorageError(ValueError):
+    """A path or URI Conveyor cannot use, or an object store that failed; the message is one
+    paragraph that names the key or the object."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Location:
+    """A checked path: `scheme` is "" for a local path, else "gs" or "s3"."""
+
+    scheme: str
+    bucket: str
+    key: str  # the object's name inside the bucket ("" for the bucket itself)
+
+    @property
+    def remote(self) -> bool:
+        """Whether this is an object in a store rather than a local path."""
+        return bool(self.scheme)
+
+
+def parse(path: str | os.PathLike, key: str = "path") -> Location:
+    """Checks `path` and splits a URI into scheme, bucket and object name.
+
+    Args:
+      path: a local path, `gs://BUCKET/PATH` or `s3://BUCKET/PATH`.
+      key: what names the value for the person who gave it (a spec key such as
+        `push.base_dir`), quoted in the error.
+
+    Raises:
+      StorageError: an unsupported scheme (`hdfs://`, `file://`...) or a malformed URI (no
+        bucket, a bucket name the store refuses, `gs:/bucket` with one slash).
+    """
+    text = os.fspath(path)
+    match = _URI.match(text)
+    if not match or len(match.group(1)) == 1:  # no scheme, or a drive letter (C:/...)
+        return Location("", "", text)
+    scheme, slashes, rest = match.group(1), match.group(2), match.group(3)
+    if scheme.lower() in SCHEMES and scheme not in SCHEMES:
+        raise StorageError(
+            f"{key}: {text!r}: write the scheme in lower case, {scheme.lower()}://, as the "
+            f"stores' libraries read it ({DOCS})."
+        )
+    if scheme not in SCHEMES:
+        raise StorageError(
+            f"{key}: {text!r} names the scheme {scheme}://, which Conveyor does not read or "
+            "write: use a local path, gs://BUCKET/PATH or s3://BUCKET/PATH "
+            f"({DOCS})."
+        )
+    shape = f"{scheme}://BUCKET/PATH"
+    if slashes != "//":
+        raise StorageError(
+            f"{key}: {text!r} is not a {scheme}:// URI: it needs two slashes after "
+            f"'{scheme}:', as in {shape} (a path that went through pathlib loses one; "
+            f"{DOCS})."
+        )
+    bucket, _, name = rest.partition("/")
+    if not bucket:
+        raise StorageError(f"{key}: {text!r} names no bucket: expected {shape} ({DOCS}).")
+    if not _BUCKETS[scheme].match(bucket) or ".." in bucket:
+        raise StorageError(
+            f"{key}: {text!r}: {bucket!r} is not a valid bucket name; a {scheme}:// bucket "
+            f"name is {_BUCKET_RULES[scheme]} ({DOCS})."
+        )
+    if "//" in name:
+        raise StorageError(
+            f"{key}: {text!r} has an empty folder name ('//') in its path; object stores "
+            f"would keep it as a separate name ({DOCS})."
+        )
+    return Location(scheme, bucket, name)
+
+
+def check(path: str | os.PathLike, key: str = "path") -> str:
+    """`path` as a string when it is a local path or a well-formed gs:// or s3:// URI, for
+    validators; raises StorageError (a ValueError, which pydantic reports under the key)."""
+    parse(path, key)
+    return os.fspath(path)
+
+
+def is_remote(path: str | os.PathLike) -> bool:
+    """Whether `path` is a URI of an object store (gs://, s3://) rather than a local path."""
+    return parse(path).remote
+
+
+def join(base: str | os.PathLike, *parts: str) -> str:
+    """`base` and `parts` joined with '/' for a URI (never a backslash), `os.path.join` for a
+    local path."""
+    text = os.fspath(base)
+    if not is_remote(text):
+        return os.path.join(text, *parts)
+    for part in parts:
+        text = text.rstrip("/") + "/" + part.lstrip("/") if part else text
+    return text
+
+
+# ---------------------------------------------------------------------------------------------
+# Configuration
+
+
+class _GcsSettings(Protocol):
+    endpoint: str | None
+
+
+class _S3Settings(Protocol):
+    endpoint: str | None
+    region: str | None
+    path_style: bool
+
+
+class Settings(Protocol):
+    """What `configure` reads: the profile's `runtime.storage` (pipelines.spec.models.StorageSpec)
+    or anything with the same attributes."""
+
+    gcs: _GcsSettings
+    s3: _S3Settings
+
+
+# tensorflow-io-gcs-filesystem reads these when its filesystem is created, unguarded: unset,
+# the plugin's defaults apply (a 64 MB block, no read cache, a stat cache of 5 s). Conveyor
+# turns both caches off by default: it reads objects right after writing or replacing them, and
+# a stat cached for 5 s would give the old size of a rewritten object. The environment's own
+# values win.
+GCS_PLUGIN_DEFAULTS = {
+    "GCS_READ_CACHE_BLOCK_SIZE_MB": "64",
+    "GCS_READ_CACHE_MAX_SIZE_MB": "0",
+    "GCS_READ_CACHE_MAX_STALENESS": "0",
+    "GCS_STAT_CACHE_MAX_AGE": "0",
+    "GCS_STAT_CACHE_MAX_ENTRIES": "1024",
+}
+# Set by `configure` for this module's own S3 client (stat) in every process: boto3 has no
+# environment variable for path-style addressing.
+S3_PATH_STYLE_VARIABLE = "CONVEYOR_S3_PATH_STYLE"
+
+
+def configure(
+    settings: Settings | None, environ: MutableMapping[str, str] | None = None
+) -> dict[str, str]:
+    """Sets, in `environ` (this process's environment by default, which every process it
+    starts inherits, Beam's SDK workers included), what TensorFlow, Beam and the stores' clients
+    need to reach gs:// and s3:// as `settings` say. Returns the variables it set.
+
+    Call it before TensorFlow is imported: TensorFlow picks its gs:// filesystem at import
+    (`TF_USE_MODULAR_FILESYSTEM`), and the plugins read the rest when they first connect.
+
+    - gs://: `TF_USE_MODULAR_FILESYSTEM=1`, so TensorFlow's gs:// is tensorflow-io's plugin,
+      the one that honours an emulator; its cache variables (`GCS_PLUGIN_DEFAULTS`, unless the
+      environment has its own); with an endpoint, `CLOUD_STORAGE_EMULATOR_ENDPOINT` (the
+      plugin, which then sends no credentials), `STORAGE_EMULATOR_HOST` (google-cloud-storage,
+      under Beam's filesystem and `stat`) and `GOOGLE_APPLICATION_CREDENTIALS` naming a
+      placeholder with no secret in it, which spares Beam's search for credentials (about 20 s).
+    - s3://: with an endpoint, `S3_ENDPOINT` (tensorflow-io's plugin; its scheme says http or
+      https) and `AWS_ENDPOINT_URL_S3` (boto3, under Beam's filesystem and `stat`); with a
+      region, `AWS_REGION` and `AWS_DEFAULT_REGION`; with path_style, boto3's addressing for
+      `stat` (tensorflow-io's plugin always addresses by path).
+
+    Raises:
+      StorageError: TensorFlow was imported before, with its own gs:// filesystem, and an
+        emulator endpoint is asked for: that filesystem would ignore it.
+    """
+    environ = os.environ if environ is None else environ
+    wanted: dict[str, str] = {"TF_USE_MODULAR_FILESYSTEM": "1"}
+    for name, value in GCS_PLUGIN_DEFAULTS.items():
+        wanted[name] = environ.get(name, value)
+    gcs = getattr(settings, "gcs", None)
+    s3 = getattr(settings, "s3", None)
+    if gcs is not None and gcs.endpoint:
+        wanted["CLOUD_STORAGE_EMULATOR_ENDPOINT"] = gcs.endpoint
+        wanted["STORAGE_EMULATOR_HOST"] = gcs.endpoint
+        wanted["GOOGLE_APPLICATION_CREDENTIALS"] = _emulator_credentials_file()
+    if s3 is not None:
+        if s3.endpoint:
+            wanted["S3_ENDPOINT"] = s3.endpoint
+            wanted["AWS_ENDPOINT_URL_S3"] = s3.endpoint
+        if s3.region:
+            wanted["AWS_REGION"] = s3.region
+            wanted["AWS_DEFAULT_REGION"] = s3.region
+        if s3.path_style:
+            wanted[S3_PATH_STYLE_VARIABLE] = "1"
+    if (
+        environ is os.environ
+        and "tensorflow" in sys.modules
+        and os.environ.get("TF_USE_MODULAR_FILESYSTEM") not in ("1", "true")
+        and "CLOUD_STORAGE_EMULATOR_ENDPOINT" in wanted
+    ):
+        raise StorageError(
+            "storage: TensorFlow was imported before storage.configure, with its built-in gs:// "
+            "filesystem, which ignores the emulator's endpoint "
+            f"({wanted['CLOUD_STORAGE_EMULATOR_ENDPOINT']}): configure storage before "
+            f"anything imports TensorFlow, or set TF_USE_MODULAR_FILESYSTEM=1 ({DOCS})."
+        )
+    for name, value in wanted.items():
+        environ[name] = value
+    return wanted
+
+
+# Beam's GCS filesystem (2.61) asks google-auth for application default credentials before
+# it makes a client and, where there are none, tries four more times with backoff (about 20 s)
+# before it goes on anonymously; Beam has no option that says "none". For an emulator, which
+# checks nothing, `configure` points google-auth at this placeholder: a fixed access token that
+# is no secret, never expires and so is never refreshed (a refresh would ask Google), so
+# google-auth answers at once. Never for real GCS.
+_EMULATOR_CREDENTIALS = (
+    '{"type": "authorized_user", "client_id": "conveyor-gcs-emulator", '
+    '"client_secret": "none", "refresh_token": "none", "token": "gcs-emulator", '
+    '"expiry": "9999-12-31T00:00:00Z"}\n'
+)
+
+
+def _emulator_credentials_file() -> str:
+    path = os.path.join(tempfile.gettempdir(), "conveyor-gcs-emulator-credentials.json")
+    try:
+        with _builtin_open(path) as handle:
+            written = handle.read()
+    except OSError:
+        written = None
+    if written != _EMULATOR_CREDENTIALS:
+        _write_local_atomically(path, _EMULATOR_CREDENTIALS.encode())
+    return path
+
+
+# ---------------------------------------------------------------------------------------------
+# TensorFlow's filesystems
+
+
+@functools.cache
+def _gfile() -> Any:
+    """tf.io.gfile with every store registered."""
+    import tensorflow as tf
+
+    register_tensorflow_filesystems()
+    return tf.io.gfile
+
+
+@functools.cache
+def register_tensorflow_filesystems() -> None:
+    """Registers s3:// in TensorFlow (tensorflow-io's plugin; gs:// comes with TensorFlow's
+    import once `configure` has run) and makes this process exit cleanly after using it.
+
+    This module's functions call it themselves. A process that reaches s3:// through TensorFlow
+    otherwise (TFX's fileio in a component, a Beam worker) calls it first: importing TensorFlow
+    does not load tensorflow-io.
+    """
+    import warnings
+
+    with warnings.catch_warnings():  # tensorflow-io warns about its optional libraries
+        warnings.simplefilter("ignore")
+        import tensorflow_io  # noqa: F401 - registers s3:// (and az, http, hdfs) in TensorFlow
+    _exit_without_static_destructors()
+
+
+def _tf_errors() -> Any:
+    import tensorflow as tf
+
+    return tf.errors
+
+
+@contextlib.contextmanager
+def _store_errors(uri: str) -> Iterator[None]:
+    """TensorFlow's errors as Python's: a missing object is FileNotFoundError, anything else the
+    store answered an OSError naming the object."""
+    errors = _tf_errors()
+    try:
+        yield
+    except errors.NotFoundError as err:
+        raise FileNotFoundError(errno.ENOENT, f"no such object: {err.message}", uri) from None
+    except errors.OpError as err:
+        raise OSError(errno.EIO, f"{uri}: {err.message}") from None
+
+
+def _remote(path: str | os.PathLike) -> str | None:
+    text = os.fspath(path)
+    return text if parse(text).remote else None
+
+
+def exists(path: str | os.PathLike) -> bool:
+    """Whether a file, or a folder (a prefix with objects under it, or its marker), exists."""
+    uri = _remote(path)
+    if uri is None:
+        return os.path.exists(path)
+    with _store_errors(uri):
+        return _gfile().exists(uri)
+
+
+def isdir(path: str | os.PathLike) -> bool:
+    """Whether `path` is a folder: on a store, a prefix with objects under it or a marker that
+    `makedirs` made."""
+    uri = _remote(path)
+    if uri is None:
+        return os.path.isdir(path)
+    with _store_errors(uri):
+        return _gfile().isdir(uri)
+
+
+def listdir(path: str | os.PathLike) -> list[str]:
+    """The names directly in a folder (files and folders, without a trailing '/'), sorted."""
+    uri = _remote(path)
+    if uri is None:
+        return sorted(os.listdir(path))
+    with _store_errors(uri):
+        names = _gfile().listdir(uri)
+    return sorted({name.rstrip("/") for name in names if name.rstrip("/")})
+
+
+def glob(pattern: str | os.PathLike) -> list[str]:
+    """The paths matching `pattern` (`*`, `?` and `[...]` within one path segment), sorted.
+
+    A URI is matched by Beam's FileSystems: one listing of the prefix before the first wildcard
+    (TensorFlow's glob lists each folder in turn). On a store only objects match: a folder is no
+    object there (locally, a folder that matches is listed too).
+    """
+    uri = _remote(pattern)
+    if uri is None:
+        return sorted(local_glob.glob(os.fspath(pattern)))
+    try:
+        (result,) = _beam_filesystem(uri).match([uri])
+    except Exception as err:  # noqa: BLE001 - Beam wraps every store error in BeamIOError
+        raise OSError(errno.EIO, f"{uri}: cannot list: {err}") from None
+    # Beam's `*` matches within a segment, as glob's; objects ending in '/' are folder markers.
+    return sorted(m.path for m in result.metadata_list if not m.path.endswith("/"))
+
+
+def _beam_filesystem(uri: str) -> Any:
+    """Beam's filesystem for the URI's store, with default pipeline options: its clients then
+    read the endpoints and region from the environment (`configure`). Made directly, not taken
+    from `FileSystems`, whose S3 filesystem needs the options of a running pipeline."""
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    if parse(uri).scheme == "gs":
+        from apache_beam.io.gcp.gcsfilesystem import GCSFileSystem as BeamFileSystem
+    else:
+        from apache_beam.io.aws.s3filesystem import S3FileSystem as BeamFileSystem
+    return BeamFileSystem(pipeline_options=PipelineOptions([]))
+
+
+def makedirs(path: str | os.PathLike) -> None:
+    """Makes a folder and its parents; an existing one is fine.
+
+    On a store this writes a folder marker, an empty object named `PATH/` (what the consoles and
+    gsutil write), through the store's client, so that `isdir` is true and `listdir` empty
+    before anything is in it; the parents exist as prefixes of it. TensorFlow's own makedirs
+    does not serve here: the S3 plugin writes nothing, and the GCS plugin's call did not return
+    against the emulator.
+    """
+    uri = _remote(path)
+    if uri is None:
+        os.makedirs(path, exist_ok=True)
+        return
+    location = parse(uri)
+    marker = location.key.strip("/") + "/"
+    if marker == "/":
+        return  # the bucket itself
+    if location.scheme == "gs":
+        from google.api_core import exceptions
+
+        try:
+            _gcs_client(os.environ.get("STORAGE_EMULATOR_HOST")).bucket(location.bucket).blob(
+                marker
+            ).upload_from_string(b"")
+        except exceptions.GoogleAPICallError as err:
+            raise OSError(errno.EIO, f"{uri}: {err}") from None
+        return
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    try:
+        _s3().put_object(Bucket=location.bucket, Key=marker, Body=b"")
+    except (BotoCoreError, ClientError) as err:
+        raise OSError(errno.EIO, f"{uri}: {err}") from None
+
+
+def read_bytes(path: str | os.PathLike) -> bytes:
+    """The whole file."""
+    with open(path, "rb") as handle:
+        return handle.read()
+
+
+def read_text(path: str | os.PathLike, encoding: str = "utf-8") -> str:
+    """The whole file, decoded (strictly: bytes that are not `encoding` raise)."""
+    return read_bytes(path).decode(encoding)
+
+
+def write_bytes(path: str | os.PathLike, data: bytes) -> None:
+    """Writes the whole file so that a reader sees the old content or the new, never a part:
+    locally a temporary file in the same folder, flushed and renamed over `path`; on a store the
+    object appears only when its upload completes."""
+    uri = _remote(path)
+    if uri is None:
+        _write_local_atomically(os.fspath(path), data)
+        return
+    with _store_errors(uri), _gfile().GFile(uri, "wb") as handle:
+        handle.write(data)
+
+
+def write_text(path: str | os.PathLike, text: str, encoding: str = "utf-8") -> None:
+    """`write_bytes` of `text` encoded."""
+    write_bytes(path, text.encode(encoding))
+
+
+def _write_local_atomically(path: str, data: bytes) -> None:
+    folder = os.path.dirname(os.path.abspath(path))
+    descriptor, temporary = tempfile.mkstemp(
+        dir=folder, prefix=f".{os.path.basename(path)}.", suffix=".tmp"
+    )
+    try:
+        with os.fdopen(descriptor, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(temporary, 0o644)  # mkstemp makes 0600, as a plain write would not
+        os.replace(temporary, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(temporary)
+        raise
+
+
+def open(path: str | os.PathLike, mode: str = "r", encoding: str | None = None) -> IO:  # noqa: A001
+    """Opens a file for streaming (`r`, `rb`, `w`, `wb`); text is UTF-8 unless `encoding` says.
+
+    On a store a written object appears when the handle is closed, whole; a local file is
+    written in place (use `write_bytes` for an atomic replacement).
+    """
+    uri = _remote(path)
+    if uri is None:
+        if "b" in mode:
+            return _builtin_open(path, mode)
+        return _builtin_open(path, mode, encoding=encoding or "utf-8")
+    if mode not in ("r", "rb", "w", "wb"):
+        raise ValueError(f"mode {mode!r}: a store's object opens with r, rb, w or wb")
+    gfile = _gfile()
+    with _store_errors(uri):
+        if mode in ("r", "w") and (encoding or "utf-8").lower().replace("_", "-") != "utf-8":
+            raise ValueError(f"{uri}: objects are read and written as UTF-8 text or bytes")
+        if mode.startswith("r") and not gfile.exists(uri):
+            raise FileNotFoundError(errno.ENOENT, "no such object", uri)
+        return _GFileWithErrors(gfile.GFile(uri, mode), uri)
+
+
+_builtin_open = __builtins__["open"] if isinstance(__builtins__, dict) else __builtins__.open
+
+
+class _GFileWithErrors:
+    """A GFile whose TensorFlow errors are Python's (FileNotFoundError, OSError)."""
+
+    def __init__(self, handle: Any, uri: str):
+        self._handle, self._uri = handle, uri
+
+    def __getattr__(self, name: str) -> Any:
+        attribute = getattr(self._handle, name)
+        if not callable(attribute):
+            return attribute
+
+        def call(*args, **kwargs):
+            with _store_errors(self._uri):
+                return attribute(*args, **kwargs)
+
+        return call
+
+    def __iter__(self) -> Iterator:
+        with _store_errors(self._uri):
+            yield from self._handle
+
+    def __enter__(self) -> _GFileWithErrors:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        with _store_errors(self._uri):
+            self._handle.close()
+
+
+def copy(source: str | os.PathLike, target: str | os.PathLike) -> None:
+    """Copies one file, between any two of local disk, gs:// and s3://; replaces `target`."""
+    source_uri, target_uri = _remote(source), _remote(target)
+    if source_uri is None and target_uri is None:
+        shutil.copyfile(source, target)
+        return
+    where = source_uri or target_uri
+    assert where is not None
+    with _store_errors(where):
+        _gfile().copy(os.fspath(source), os.fspath(target), overwrite=True)
+
+
+def remove(path: str | os.PathLike) -> None:
+    """Removes one file (FileNotFoundError when there is none)."""
+    uri = _remote(path)
+    if uri is None:
+        os.remove(path)
+        return
+    gfile = _gfile()
+    with _store_errors(uri):
+        if not gfile.exists(uri) or gfile.isdir(uri):  # S3 deletes a missing key silently
+            raise FileNotFoundError(errno.ENOENT, "no such object", uri)
+        gfile.remove(uri)
+
+
+def remove_tree(path: str | os.PathLike) -> None:
+    """Removes a folder and everything under it (FileNotFoundError when there is none)."""
+    uri = _remote(path)
+    if uri is None:
+        shutil.rmtree(path)
+        return
+    with _store_errors(uri):
+        _gfile().rmtree(uri)
+
+
+# ---------------------------------------------------------------------------------------------
+# Metadata
+
+
+@dataclasses.dataclass(frozen=True)
+class ObjectStat:
+    """What a store says of one object (or the local filesystem of a file), without reading
+    it: enough to notice that it changed, including a rewrite to the same size."""
+
+    path: str
+    size: int
+    generation: str | None = None  # GCS: a new number on every write of the object
+    crc32c: str | None = None  # GCS: base64 of the big-endian CRC32C of the content
+    md5: str | None = None  # GCS: base64 of the MD5 of the content (not for composite objects)
+    etag: str | None = None  # S3 (and GCS): changes with the content
+    version_id: str | None = None  # S3 with versioning on
+    mtime_ns: int | None = None  # local files, and a store's last update
+
+    @property
+    def version(self) -> str:
+        """One string that changes whenever the object is written again."""
+        if self.generation is not None:
+            return f"generation:{self.generation}"
+        if self.etag is not None:
+            tail = f"/{self.version_id}" if self.version_id else ""
+            return f"etag:{self.etag}{tail}"
+        return f"mtime_ns:{self.mtime_ns}"
+
+
+def stat(path: str | os.PathLike) -> ObjectStat:
+    """The metadata of one file or object (FileNotFoundError when there is none)."""
+    text = os.fspath(path)
+    location = parse(text)
+    if location.scheme == "gs":
+        return _stat_gcs(text, location)
+    if location.scheme == "s3":
+        return _stat_s3(text, location)
+    status = os.stat(text)
+    return ObjectStat(text, status.st_size, mtime_ns=status.st_mtime_ns)
+
+
+@functools.cache
+def _gcs_client(endpoint: str | None) -> Any:
+    """google-cloud-storage's client, one per process and endpoint (it reads
+    STORAGE_EMULATOR_HOST itself, and then sends no credentials). Reading an object's metadata
+    needs no project, so none is looked for."""
+    from google.cloud import storage as gcs
+
+    return gcs.Client(project=None)
+
+
+def _stat_gcs(uri: str, location: Location) -> ObjectStat:
+    from google.api_core import exceptions
+
+    client = _gcs_client(os.environ.get("STORAGE_EMULATOR_HOST"))
+    try:
+        blob = client.bucket(location.bucket).get_blob(location.key)
+    except exceptions.GoogleAPICallError as err:
+        raise OSError(errno.EIO, f"{uri}: {err}") from None
+    if blob is None:
+        raise FileNotFoundError(errno.ENOENT, "no such object", uri)
+    updated = blob.updated
+    return ObjectStat(
+        uri,
+        int(blob.size),
+        generation=str(blob.generation),
+        crc32c=blob.crc32c,
+        md5=blob.md5_hash,
+        etag=blob.etag,
+        mtime_ns=int(updated.timestamp() * 1e9) if updated else None,
+    )
+
+
+@functools.cache
+def _s3_client(endpoint: str | None, region: str | None, path_style: bool) -> Any:
+    import boto3
+    from botocore.config import Config
+
+    config = Config(s3={"addressing_style": "path"}) if path_style else None
+    return boto3.session.Session().client(
+        "s3", endpoint_url=endpoint, region_name=region, config=config
+    )
+
+
+def _s3() -> Any:
+    """This process's boto3 S3 client, as the environment (`configure`) says."""
+    return _s3_client(
+        os.environ.get("AWS_ENDPOINT_URL_S3"),
+        os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION"),
+        os.environ.get(S3_PATH_STYLE_VARIABLE) == "1",
+    )
+
+
+def _stat_s3(uri: str, location: Location) -> ObjectStat:
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    try:
+        head = _s3().head_object(Bucket=location.bucket, Key=location.key)
+    except ClientError as err:
+        if err.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
+            raise FileNotFoundError(errno.ENOENT, "no such object", uri) from None
+        raise OSError(errno.EIO, f"{uri}: {err}") from None
+    except BotoCoreError as err:
+        raise OSError(errno.EIO, f"{uri}: {err}") from None
+    modified = head.get("LastModified")
+    return ObjectStat(
+        uri,
+        int(head["ContentLength"]),
+        etag=head.get("ETag", "").strip('"') or None,
+        version_id=head.get("VersionId"),
+        mtime_ns=int(modified.timestamp() * 1e9) if modified else None,
+    )
+
+
+@functools.cache
+def _exit_without_static_destructors() -> None:
+    """Makes this process end without running C++ static destructors, keeping its exit status.
+
+    tensorflow-io's S3 plugin aborts the process as it exits ("pure virtual method called",
+    status 134: tensorflow/io#2039) once it has been used: its AWS SDK objects are destroyed
+    after what they depend on. So when the plugin is loaded, a Python exit handler registers
+    glibc's `_exit` as the first function `exit()` runs (`on_exit` hands it the status): Python
+    has finalized by then (its streams flushed, its own exit handlers run), and the process ends
+    with the status it was leaving with, before any static destructor. Where there is no
+    `on_exit` (not glibc), nothing changes.
+    """
+    import ctypes
+
+    libc = ctypes.CDLL(None)
+    if not hasattr(libc, "on_exit"):
+        return
+
+    def register() -> None:
+        # Registered at Python's exit, after every static object of the plugin (some are made on
+        # first use) registered its destructor: the last registered runs first.
+        libc.on_exit.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+        libc.on_exit(ctypes.cast(libc._exit, ctypes.c_void_p), None)
+
+    atexit.register(register)
+
+
+__all__ = [
+    "SCHEMES",
+    "Location",
+    "ObjectStat",
+    "Settings",
+    "StorageError",
+    "check",
+    "configure",
+    "copy",
+    "exists",
+    "glob",
+    "is_remote",
+    "isdir",
+    "join",
+    "listdir",
+    "makedirs",
+    "open",
+    "parse",
+    "read_bytes",
+    "read_text",
+    "register_tensorflow_filesystems",
+    "remove",
+    "remove_tree",
+    "stat",
+    "write_bytes",
+    "write_text",
+]

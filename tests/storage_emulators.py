@@ -1,0 +1,158 @@
+"""Object stores for tests, on this machine: Google Cloud Storage through `gcp-storage-emulator`
+and S3 through moto's server, both from requirements.lock, started as real processes on
+127.0.0.1 on free ports, each with one bucket made, and stopped at the end of the test session.
+
+A test that asks for them and cannot have them fails, naming which and why: a skip would hide
+that nothing reached a store.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from pipelines.core import storage
+from pipelines.spec.models import GcsStorageSpec, S3StorageSpec, StorageSpec
+
+GCS_BUCKET = "conveyor-test"
+S3_BUCKET = "conveyor-test"
+# moto accepts any key pair; boto3 and tensorflow-io's plugin sign with whatever the environment
+# holds, so the tests give them one (Conveyor itself never sets credentials).
+S3_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
+S3_REGION = "us-east-1"
+_START_SECONDS = 60
+
+
+@dataclass(frozen=True)
+class StorageEmulators:
+    """The two running emulators: their endpoints, buckets and the logs they write."""
+
+    gcs_endpoint: str
+    s3_endpoint: str
+    logs: Path
+
+    @property
+    def settings(self) -> StorageSpec:
+        """The profile section (`runtime.storage`) that points a run at both emulators."""
+        return StorageSpec(
+            gcs=GcsStorageSpec(endpoint=self.gcs_endpoint),
+            s3=S3StorageSpec(endpoint=self.s3_endpoint, region=S3_REGION, path_style=True),
+        )
+
+    def environment(self, base: dict[str, str] | None = None) -> dict[str, str]:
+        """`base` (this process's environment by default) configured for both emulators, with
+        the S3 credentials moto takes: the environment of a process that only calls
+        `configure`, as a Beam worker's would be."""
+        environ = dict(os.environ if base is None else base)
+        environ.update(S3_CREDENTIALS)
+        storage.configure(self.settings, environ)
+        return environ
+
+    def root(self, scheme: str) -> str:
+        """The bucket's URI on one store: gs://conveyor-test or s3://conveyor-test."""
+        return f"{scheme}://{GCS_BUCKET if scheme == 'gs' else S3_BUCKET}"
+
+    def log_tail(self, name: str) -> str:
+        path = self.logs / f"{name}.log"
+        return path.read_text(errors="replace")[-3000:] if path.exists() else ""
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _start(name: str, command: list[str], logs: Path) -> subprocess.Popen:
+    with (logs / f"{name}.log").open("w") as log:
+        return subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+
+
+def _wait_until_answering(name: str, url: str, process: subprocess.Popen, logs: Path) -> None:
+    deadline = time.monotonic() + _START_SECONDS
+    while True:
+        try:
+            with urllib.request.urlopen(url, timeout=2):
+                return
+        except urllib.error.HTTPError:
+            return  # it answers (an error status is still an answer)
+        except OSError:
+            if process.poll() is not None or time.monotonic() > deadline:
+                log = (logs / f"{name}.log").read_text(errors="replace")[-3000:]
+                pytest.fail(f"{name} did not start (exit {process.poll()}): {log}")
+            time.sleep(0.1)
+
+
+def _make_s3_bucket(endpoint: str) -> None:
+    import boto3
+
+    client = boto3.session.Session().client(
+        "s3",
+        endpoint_url=endpoint,
+        region_name=S3_REGION,
+        aws_access_key_id=S3_CREDENTIALS["AWS_ACCESS_KEY_ID"],
+        aws_secret_access_key=S3_CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
+    )
+    client.create_bucket(Bucket=S3_BUCKET)
+
+
+def _stop(process: subprocess.Popen) -> None:
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=10)
+
+
+@pytest.fixture(scope="session")
+def storage_emulators(tmp_path_factory) -> Iterator[StorageEmulators]:
+    """Both emulators for the whole test session, with this process's environment configured
+    for them (and the S3 credentials moto takes); the environment is restored afterwards."""
+    logs = tmp_path_factory.mktemp("storage-emulators")
+    bin_dir = Path(sys.executable).parent
+    gcs_port, s3_port = _free_port(), _free_port()
+    gcs_endpoint, s3_endpoint = f"http://127.0.0.1:{gcs_port}", f"http://127.0.0.1:{s3_port}"
+    processes: list[subprocess.Popen] = []
+    saved = dict(os.environ)
+    try:
+        processes.append(
+            _start(
+                "gcp-storage-emulator",
+                [str(bin_dir / "gcp-storage-emulator"), "start", "--host=127.0.0.1",
+                 f"--port={gcs_port}", "--in-memory", f"--default-bucket={GCS_BUCKET}"],
+                logs,
+            )
+        )  # fmt: skip
+        processes.append(
+            _start(
+                "moto_server",
+                [str(bin_dir / "moto_server"), "-H", "127.0.0.1", "-p", str(s3_port)],
+                logs,
+            )
+        )
+        _wait_until_answering(
+            "gcp-storage-emulator", f"{gcs_endpoint}/storage/v1/b", processes[0], logs
+        )
+        _wait_until_answering("moto_server", f"{s3_endpoint}/", processes[1], logs)
+        _make_s3_bucket(s3_endpoint)
+        emulators = StorageEmulators(gcs_endpoint, s3_endpoint, logs)
+        os.environ.update(S3_CREDENTIALS)
+        storage.configure(emulators.settings)
+        yield emulators
+    finally:
+        for process in processes:
+            _stop(process)
+        os.environ.clear()
+        os.environ.update(saved)
