@@ -14,8 +14,6 @@ caused it, in one paragraph, instead of a pydantic traceback.
 from __future__ import annotations
 
 import csv
-import glob
-import os
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -25,6 +23,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from pipelines.core import storage
 from pipelines.core.paths import FRAMEWORK_PROFILES_DIR, framework_relative, relative_to_project
 from pipelines.core.project import Project, ProjectNotFound, find_project
 from pipelines.spec.models import CSV_ONLY_KEYS, DataFormat, PipelineSpec, SchemaSource
@@ -406,14 +405,37 @@ def schema_columns(schema_path: Path) -> list[str]:
     return [feature.name for feature in schema.feature]
 
 
-def csv_columns(input_dir: Path) -> tuple[str, list[str]] | None:
-    """The header of the first CSV in `input_dir`, or None when there is no data yet."""
-    files = sorted(glob.glob(os.path.join(input_dir, "*.csv")))
+def csv_columns(input_dir: str | Path) -> tuple[str, list[str]] | None:
+    """The header of the first CSV in `input_dir` (a folder, or a gs:// or s3:// prefix), or
+    None when there is no data yet.
+
+    Only the header's own lines are decoded, as the readers decode them (strict UTF-8, line by
+    line): a text-mode read decodes a whole block, so a byte that is not UTF-8 further down
+    (line 8 of penguin's file) failed here, before the pipeline started, in a raw
+    UnicodeDecodeError; the readers' check now finds it at ExampleGen and says where. A header
+    that is not UTF-8 gets the readers' words here (SpecError).
+    """
+    files = storage.glob(storage.join(str(input_dir), "*.csv"))
     if not files:
         return None
-    with open(files[0], newline="") as handle:
-        header = next(csv.reader(handle), [])
+    with storage.open(files[0], "rb") as handle:
+        header = next(csv.reader(_utf8_lines(handle, files[0])), [])
     return files[0], header
+
+
+def _utf8_lines(handle, path: str):
+    """The lines of a binary file, each decoded as strict UTF-8; a line that is not raises
+    SpecError in the words of the readers' check (components/csv_input/checks.py)."""
+    offset = 0
+    for number, raw in enumerate(handle, start=1):
+        try:
+            yield raw.decode("utf-8")
+        except UnicodeDecodeError as err:
+            raise SpecError(
+                f"{path}, line {number}: bytes that are not UTF-8 (byte 0x{raw[err.start]:02x} "
+                f"at offset {offset + err.start} of the file); save the file as UTF-8"
+            ) from None
+        offset += len(raw)
 
 
 def input_columns(spec: PipelineSpec, input_dir: Path) -> tuple[str, list[str]] | None:
@@ -436,9 +458,10 @@ def input_columns(spec: PipelineSpec, input_dir: Path) -> tuple[str, list[str]] 
 
 def has_input_files(spec: PipelineSpec, input_dir: Path) -> bool:
     """Whether `input_dir` holds input for a spec without spans: a `*.csv` for CSV (the files
-    `csv_columns` reads), any file for the other formats (ExampleGen reads every one)."""
+    `csv_columns` reads; none is opened here), any file for the other formats (ExampleGen reads
+    every one)."""
     if spec.data.format is DataFormat.CSV:
-        return csv_columns(input_dir) is not None
+        return bool(storage.glob(storage.join(str(input_dir), "*.csv")))
     return any(p.is_file() for p in Path(input_dir).glob("*"))
 
 
