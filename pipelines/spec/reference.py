@@ -290,8 +290,9 @@ modules, not this file. `tests/unit/test_spec_reference.py` fails while either f
 
 A pipeline is one spec file, `specs/<name>.yaml`. `conveyor validate <name>` loads it
 under each profile: defaults < the spec < Conveyor's `pipelines/profiles/<profile>.yaml` < the
-project's `configs/<profile>.yaml` < `--set key.path=value`, merged key by key. Every key below is checked: an unknown key, a wrong type, a
-value out of range or a broken rule across keys is an error that names the file and the key.
+project's `configs/<profile>.yaml` < `--set key.path=value`, merged key by key. Every key
+below is checked: an unknown key, a wrong type, a value out of range or a broken rule across
+keys is an error that names the file and the key.
 
 ## Editor support
 
@@ -306,10 +307,11 @@ Editors that run Red Hat's yaml-language-server read this comment: VS Code with 
 extension (`redhat.vscode-yaml`), and others that use it as their YAML language server (Neovim's
 `yamlls`, for one). With it they complete keys and enum values, show each key's description on
 hover, and mark unknown keys, wrong types and values out of range as you type. Start a new spec
-with the same line; to YAML itself it is a comment. It is not for the profiles in `configs/` and `pipelines/profiles/`:
-they are partial overlays, which the schema's required keys would flag. The schema checks one
-file; rules across keys (a component's needs, `schema.path` with `source: file`,
-`data.window_spans` with `data.span_pattern`...) are checked by `conveyor validate`.
+with the same line; to YAML itself it is a comment. It is not for the profiles in `configs/`
+and `pipelines/profiles/`: they are partial overlays, which the schema's required keys would
+flag. The schema checks one file; rules across keys (a component's needs, `schema.path` with
+`source: file`, `data.window_spans` with `data.span_pattern`...) are checked by `conveyor
+validate`.
 
 ## Reading the tables
 
