@@ -15,7 +15,9 @@ What it does as KFP does (backend/src/v2 of kubeflow/pipelines: driver/driver.go
   gives an ML Metadata id), URI, metadata and the producer's type schema; output artifacts
   at `<pipeline_root>/<pipeline>/<run>/<task>/<uuid>/<output key>`, the output metadata file
   in that task root, the folders above each output created (`prepareOutputFolders`), never
-  the output folders themselves;
+  the output folders themselves; the driver's type check (any value is a STRING parameter's
+  JSON text, other types must match, else the task fails before it starts); a schema 2.0.0
+  job's typed `parameters` as Vertex AI gives them;
 - runs the container's command and arguments, placeholders resolved (`{{$}}` is the executor
   input as JSON), in a subprocess of this virtualenv (`python` is this interpreter), with the
   image's environment as the caller gives it; reads back the executor output (artifacts'
@@ -70,6 +72,14 @@ import yaml
 
 SUCCEEDED, FAILED, NOT_TRIGGERED = "SUCCEEDED", "FAILED", "NOT_TRIGGERED"
 COMPLETED_POLICY = "ALL_UPSTREAM_TASKS_COMPLETED"
+_PYTHON_TYPES = {
+    "NUMBER_INTEGER": (int, float),
+    "NUMBER_DOUBLE": (int, float),
+    "BOOLEAN": bool,
+    "LIST": list,
+    "STRUCT": dict,
+    "TASK_FINAL_STATUS": dict,
+}
 LEGACY_SCHEMA = "2.0.0"  # typed `parameters` in the executor input, not `parameterValues`
 _INPUT_ARTIFACT_PLACEHOLDER = re.compile(
     r"\{\{\$\.inputs\.artifacts\['([^']+)'\]\.(uri|metadata\['([^']+)'\])\}\}"
@@ -299,7 +309,11 @@ class JobExecutor:
 
     def _run_task(self, name, task, component, dag_inputs, states) -> str:
         run = self.tasks[name]
-        parameters = self._input_parameters(name, task, component, dag_inputs)
+        try:
+            parameters = self._input_parameters(name, task, component, dag_inputs)
+        except TypeError as err:  # KFP's driver fails the task before any container starts
+            run.error = str(err)
+            return FAILED
         artifacts = self._input_artifacts(task)
         if run.kind == "dag":
             return self._run_dag(component["dag"], parameters)
@@ -338,9 +352,18 @@ class JobExecutor:
                 raise NotImplementedError(f"task {name}: parameter {key}: {spec}")
             values[key] = self._local_value(value)
         # The launcher's addDefaultParams: a component default for what the task leaves out.
-        for key, definition in component.get("inputDefinitions", {}).get("parameters", {}).items():
+        definitions = component.get("inputDefinitions", {}).get("parameters", {})
+        for key, definition in definitions.items():
             if key not in values and "defaultValue" in definition:
                 values[key] = definition["defaultValue"]
+        # The driver's type check: any value is a STRING parameter's JSON text; other types
+        # must match.
+        for key, value in values.items():
+            wanted = definitions.get(key, {}).get("parameterType")
+            if wanted == "STRING" and not isinstance(value, str):
+                values[key] = json.dumps(value, separators=(",", ":"))
+            elif wanted in _PYTHON_TYPES and not isinstance(value, _PYTHON_TYPES[wanted]):
+                raise TypeError(f"task {name}: input parameter {key!r} type mismatch: {wanted}")
         return values
 
     def _final_status(self, producer: str) -> dict[str, Any]:

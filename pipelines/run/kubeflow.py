@@ -12,6 +12,7 @@ module adds only what KFP itself needs:
   told each custom title's class, in front of TFX's, which imports a custom title as a class
   path and so could not read a `conveyor.Name` artifact;
 - the job's output directory and the nightly schedule for KFP and Vertex AI;
+- PipelineSpec schema 2.1.0, the only one open-source KFP's API server accepts;
 - an exit handler (`components.run_finish`), which KFP runs after every task, whatever their
   state: it hands the run-finish contract every orchestrator calls
   (`pipelines.finish.contract.finish_run`) KFP's final status, and the contract writes the
@@ -247,6 +248,9 @@ def compile_pipeline(loaded: LoadedSpec, workdir: str, output: Path) -> list[Pat
             display_name=spec.name,
             default_image=spec.runtime.container.image,
             default_commands=executor_command(artifact_classes),
+            # Open-source KFP's API server accepts PipelineSpec schema 2.1.0 only (TFX's
+            # default is 2.0.0); Vertex AI runs both.
+            use_pipeline_spec_2_1=True,
         ),
     )
     runner.set_exit_handler(exit_handler(spec, workdir))

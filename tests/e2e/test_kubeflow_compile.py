@@ -86,6 +86,8 @@ def test_the_job_parses_strictly_into_kfp_pipeline_spec(compiled, name):
     json_format.ParseDict(job["pipelineSpec"], spec, ignore_unknown_fields=False)
     assert spec.pipeline_info.name == name
     assert strict.display_name == name
+    # Open-source KFP's API server refuses any other ("KFP only supports schema version 2.1.0").
+    assert spec.schema_version == "2.1.0"
     # Vertex AI mounts gs://BUCKET at /gcs/BUCKET: outputs go to the bucket itself.
     root = strict.runtime_config.gcs_output_directory
     assert root == f"gs://conveyor-pipelines/conveyor/pipeline_root/{name}"
