@@ -45,5 +45,5 @@ ENV CONVEYOR_PROJECT=/conveyor \
 RUN cd / && python -c "import pipelines.builder.pipeline, components.trainer.run, components.data_gate.component" \
     && conveyor validate
 
-# KubeflowV2DagRunner gives each container its command (TFX's executor entry point).
-CMD ["python", "-m", "tfx.orchestration.kubeflow.v2.container.kubeflow_v2_run_executor", "--help"]
+# KubeflowV2DagRunner gives each container its command: Conveyor's entry point in front of TFX's.
+CMD ["python", "-m", "pipelines.run.kubeflow_entrypoint", "--help"]
