@@ -18,8 +18,9 @@ import time
 import pytest
 
 from pipelines import cli
-from pipelines.core.outcome import EXIT_BUSY, Outcome, RunResult
+from pipelines.core.outcome import EXIT_BUSY, Outcome
 from pipelines.core.paths import FRAMEWORK_ROOT, RunPaths
+from pipelines.finish.contract import RunFacts
 from pipelines.ops import nightly
 from pipelines.run.plan import Run
 from pipelines.spec.loading import load_spec
@@ -148,9 +149,18 @@ def test_a_backfill_holds_the_lock_for_all_its_nights_without_deadlock(tmp_path,
         (folder / "taxi.csv").write_text("fare,tips\n1.0,0.0\n")
     holders = []
 
-    def pushed(planned: Run, echo=print, run_id=None) -> RunResult:
+    def pushed(planned: Run, echo=print, run_id=None) -> RunFacts:
         holders.append(json.loads(nightly.owner_file(paths.lock_file).read_text())["what"])
-        return RunResult(None, "taxi", Outcome.NOT_PUSHED, "nothing pushed", span=planned.span)
+        # What the local runner tells the run-finish contract of a run that pushed nothing.
+        return RunFacts(
+            planned.loaded,
+            planned.paths,
+            None,
+            span=planned.span,
+            folder="",
+            in_store=False,
+            outcome=Outcome.NOT_PUSHED,
+        )
 
     monkeypatch.setattr(local, "execute", pushed)
     done = nightly.backfill(loaded, tmp_path, nights[0], nights[-1], echo=lambda line: None)
