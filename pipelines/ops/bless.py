@@ -35,11 +35,14 @@ from pipelines.core.metadata import (
     node_id_of,
     open_store,
 )
+from pipelines.core.outcome import REASON_CODE_PROPERTY, REASON_PROPERTY, Reason
 from pipelines.core.paths import RunPaths
 
 BLESS_EXECUTION_TYPE = "conveyor.ManualBless"
 BLESS_NODE = "manual_bless"
-HELD_REASON = "require_manual_bless"  # in the Pusher's reason when it held a first candidate
+# How a Pusher recorded a held first candidate before reason codes were recorded: the words
+# are the only mark such a store has.
+HELD_WORDS = "require_manual_bless"
 
 
 class BlessError(ValueError):
@@ -84,8 +87,14 @@ def _held_candidate(store, paths: RunPaths, run_id: str):
             raise BlessError(
                 f"run {run_id} already pushed version {custom_property(push, 'pushed_version')}"
             )
-        reason = custom_property(push, "conveyor_reason") or ""
-        if not custom_property(blessing, "blessed") or HELD_REASON not in reason:
+        reason = custom_property(push, REASON_PROPERTY) or ""
+        code = custom_property(push, REASON_CODE_PROPERTY)
+        held = (
+            code == Reason.AWAITING_MANUAL_BLESS.value
+            if code is not None
+            else HELD_WORDS in reason  # recorded before reason codes
+        )
+        if not custom_property(blessing, "blessed") or not held:
             raise BlessError(
                 f"run {run_id}'s candidate was not held for review but not pushed because: "
                 f"{reason or 'the Evaluator did not bless it'}; only a candidate held by "
@@ -174,8 +183,9 @@ def _bless_locked(paths: RunPaths, run_id: str, blessed_by: str, reason: str) ->
     push.custom_properties["pushed_destination"].string_value = target
     push.custom_properties["conveyor_model_id"].int_value = model.id
     push.custom_properties[serving_state.LABELS_PROPERTY].string_value = ",".join(pushed.labels)
+    push.custom_properties[REASON_CODE_PROPERTY].string_value = Reason.PUSHED.value
     push.custom_properties[
-        "conveyor_reason"
+        REASON_PROPERTY
     ].string_value = f"pushed version {version}: blessed by {blessed_by}: {reason}{not_moved}"
     node_context = _node_context(store, paths.spec.name)
     pipeline_context = store.get_context_by_type_and_name("pipeline", paths.spec.name)
