@@ -169,12 +169,20 @@ def _told_result(facts: RunFacts) -> RunResult:
     else:
         outcome = facts.outcome or Outcome.NOT_PUSHED
         reason, message = facts.reason, f"the run ended {outcome.label}"
+    version = path = None
+    if outcome is Outcome.PUSHED and facts.last_push is not None:
+        # The orchestrator saw the push it reports (the newest version in the serving folder).
+        version = str(facts.last_push[0])
+        path = str(facts.paths.serving_dir / version)
+        message = f"pushed version {version} to {path}"
     return RunResult(
         run_id=facts.run_id,
         pipeline=facts.spec.name,
         outcome=outcome,
         message=message,
         reason=reason,
+        pushed_version=version,
+        pushed_path=path,
         data_gate=stop.findings if stop is not None else None,
         pipeline_seconds=facts.pipeline_seconds,
     )

@@ -691,3 +691,17 @@ def test_what_the_exit_handler_can_tell_of_a_run_that_pushed_nothing(resolved_sp
     # KFP's store is out of reach: why nothing was pushed is unknown, and says so.
     assert (result.outcome, result.reason) == ("not_pushed", "unknown")
     assert not result.alerts
+
+
+def test_the_exit_handler_names_the_version_a_kubeflow_run_pushed(resolved_spec, tmp_path):
+    from components.run_finish.component import final_status_facts
+    from pipelines.finish.contract import read_result
+
+    succeeded = json.dumps({"state": "SUCCEEDED", "pipelineJobResourceName": "jobs/penguin-5"})
+    facts = final_status_facts(succeeded, resolved_spec, str(tmp_path), CREATED)
+    _publish(facts.paths, 5, "2026-11-28T02:31:07Z")  # pushed by this job, after its creation
+    facts = final_status_facts(succeeded, resolved_spec, str(tmp_path), CREATED)
+    result = read_result(facts)
+    assert (result.outcome, result.reason) == ("pushed", "pushed")
+    assert result.pushed_version == "5"
+    assert result.message == f"pushed version 5 to {facts.paths.serving_dir / '5'}"
