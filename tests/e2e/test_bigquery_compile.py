@@ -23,7 +23,6 @@ def test_bigquery_spec_compiles_for_kubeflow_with_bigquery_example_gen(tmp_path)
     assert "tfx.extensions.google_cloud_big_query.example_gen.executor.Executor" in container
     # TFX's BigQueryExampleGen carries the query as its one input split's pattern.
     parameters = job_tasks(pipeline)["csv_example_gen"]["inputs"]["parameters"]
-    input_config = json.loads(
-        parameters["input_config"]["runtimeValue"]["constantValue"]["stringValue"]
-    )
+    # Schema 2.1.0 (what open-source KFP accepts) gives a constant as a protobuf Value.
+    input_config = json.loads(parameters["input_config"]["runtimeValue"]["constant"])
     assert input_config["splits"][0]["pattern"] == QUERY
