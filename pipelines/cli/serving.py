@@ -157,16 +157,15 @@ def cmd_deploy_render(args: argparse.Namespace) -> int:
     paths = RunPaths(workdir=workdir, spec=spec)
     output = Path(args.output) if args.output else default_output(workdir, spec.name, args.target)
     try:
-        current = None
-        if args.target == "tf-serving":
-            current = current_entry(paths.serving_config_dir, spec.push.model_name)
-            if current is None:
-                print(
-                    f"note: no models.config for {spec.push.model_name} in "
-                    f"{paths.serving_config_dir}: the ConfigMap serves by the spec's version "
-                    "policy, with no labels yet (render again after a push)",
-                    file=sys.stderr,
-                )
+        # Both targets follow the labels: which versions serve, and the canary's share.
+        current = current_entry(paths.serving_config_dir, spec.push.model_name)
+        if current is None:
+            print(
+                f"note: no models.config for {spec.push.model_name} in "
+                f"{paths.serving_config_dir}: the manifests serve by the spec's version "
+                "policy, with no labels yet (render again after a push, promote or rollback)",
+                file=sys.stderr,
+            )
         written = write_manifests(spec, args.target, output, current)
     except (DeployError, ServingConfigError) as error:
         print(f"error: {error}", file=sys.stderr)

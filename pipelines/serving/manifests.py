@@ -2,23 +2,32 @@
 
 Two targets:
 
-- `tf-serving`: the stock `tensorflow/serving` image (`push.deploy.image`) as a Deployment, a
-  Service and a ConfigMap holding the same TF Serving config files the pusher writes
-  (models.config with the current version labels, monitoring.config, batching.config), with
-  base paths rewritten to where the pod sees the models.
+- `tf-serving`: the stock `tensorflow/serving` image (`push.deploy.image`) as Deployments,
+  Services and ConfigMaps holding the same TF Serving config files the pusher writes
+  (models.config, monitoring.config, batching.config), with base paths rewritten to where the
+  pod sees the models. With `version_policy: labelled` and both `stable` and `canary` in
+  `push.labels`, each label is a variant: a Deployment serving the version the label points
+  to, and a Gateway API HTTPRoute on the model's Service that splits requests between the two
+  by `push.deploy.canary_traffic_percent` and sends requests by label or version to the
+  variant that has it. Otherwise one Deployment serves the versions and labels of models.config.
 - `kserve`: a KServe `serving.kserve.io/v1beta1` InferenceService with a `tensorflow`
-  predictor; KServe runs TF Serving itself, and splits traffic between revisions with
-  `canaryTrafficPercent` instead of version labels.
+  predictor. KServe runs TF Serving itself, and makes a new revision (a canary, when
+  `canaryTrafficPercent` is set) only when the predictor's pod changes, so the predictor names
+  the version it serves (an annotation, and a models.config in a ConfigMap per version).
 
-Rendering reads the spec (and, when there is one, the workdir's models.config for the current
-labels) and writes YAML; it imports no TensorFlow and talks to no cluster.
+Both follow the labels of the workdir's models.config (`traffic_split`): `stable` and `canary`
+on one version send it every request; on two, the canary gets `canary_traffic_percent`. A push,
+`conveyor promote` or `conveyor rollback` moves the labels, and rendering again moves the
+traffic. Rendering reads the spec and that models.config and writes YAML; it imports no
+TensorFlow and talks to no cluster.
 """
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -43,10 +52,60 @@ DIRECT_SCHEMES = ("gs://", "s3://", "hdfs://")
 KSERVE_STORAGE_SCHEMES = ("gs://", "s3://", "pvc://", "file://", "https://", "http://")
 GPU_RESOURCE = "nvidia.com/gpu"
 MANAGED_BY = "conveyor"
+STABLE, CANARY = "stable", "canary"
+VARIANTS = (STABLE, CANARY)
+# The pod label naming a variant (Prometheus' PodMonitor can copy it onto every series with
+# podTargetLabels), and the annotation naming the version a pod serves.
+VARIANT_LABEL = "conveyor/variant"
+VERSION_ANNOTATION = "conveyor/model-version"
+# TF Serving's REST inference verbs (`/v1/models/M[/labels/L|/versions/V]:VERB`).
+REST_VERBS = ("predict", "classify", "regress")
+# Where KServe's TF Serving runtime finds the model (its `--model_base_path`), and where the
+# rendered predictor mounts the models.config that names the version.
+KSERVE_MODEL_DIR = "/mnt/models"
+KSERVE_CONFIG_MOUNT = "/etc/conveyor"
 
 
 class DeployError(ValueError):
     """A spec whose manifests cannot be rendered; the message names the key."""
+
+
+@dataclass(frozen=True)
+class TrafficSplit:
+    """The version each variant serves (None: nothing labelled yet) and its share of
+    requests in percent (the two add up to 100)."""
+
+    versions: dict[str, int | None]
+    weights: dict[str, int]
+
+    @property
+    def splits(self) -> bool:
+        """Whether the canary serves another version than stable, with a share of requests."""
+        return self.versions[CANARY] != self.versions[STABLE]
+
+
+def traffic_split(spec: PipelineSpec, current: config_files.ServedModel | None) -> TrafficSplit:
+    """Where `stable` and `canary` point in `current` (the workdir's models.config entry) and
+    the share each gets: the canary `push.deploy.canary_traffic_percent` while it points
+    elsewhere than stable, none while both point to one version (after an unheld push, a
+    rollback, or promoting the canary's version to stable). A label not set yet follows the
+    other one."""
+    labels = dict(current.labels) if current is not None else {}
+    stable = labels.get(STABLE, labels.get(CANARY))
+    canary = labels.get(CANARY, stable)
+    percent = spec.push.deploy.canary_traffic_percent if canary != stable else 0
+    return TrafficSplit(
+        versions={STABLE: stable, CANARY: canary},
+        weights={STABLE: 100 - percent, CANARY: percent},
+    )
+
+
+def splits_by_variant(spec: PipelineSpec) -> bool:
+    """Whether `--target tf-serving` renders a Deployment per variant and the route between
+    them: `version_policy: labelled` with both `stable` and `canary` in `push.labels`. (`all`
+    keeps every version loaded on one server, and `latest` has no labels.)"""
+    push = spec.push
+    return push.version_policy.value == "labelled" and set(VARIANTS) <= set(push.labels)
 
 
 def resource_name(model_name: str) -> str:
@@ -73,7 +132,7 @@ def render(
     if target == "tf-serving":
         return _tf_serving(spec, current)
     if target == "kserve":
-        return _kserve(spec)
+        return _kserve(spec, current)
     raise DeployError(f"unknown deploy target {target!r}; known: {', '.join(TARGETS)}")
 
 
@@ -114,22 +173,92 @@ def write_manifests(
 def _tf_serving(
     spec: PipelineSpec, current: config_files.ServedModel | None
 ) -> dict[str, dict[str, Any]]:
-    push, deploy = spec.push, spec.push.deploy
-    name = resource_name(push.model_name)
+    name = resource_name(spec.push.model_name)
     server = f"{name}-tf-serving"
-    config_map = f"{server}-config"
     _check_gpu_image(spec, strict=False)
     base_path, volume, mount = _model_storage(spec, name)
-    model = _container_model(spec, base_path, current)
-    files = config_files.serving_config_texts([model], push)
-
+    storage = (base_path, volume, mount)
     labels = _labels(spec, name)
     selector = {k: labels[k] for k in ("app.kubernetes.io/name", "app.kubernetes.io/instance")}
-    scrape = {
-        "prometheus.io/scrape": "true",
-        "prometheus.io/port": str(REST_PORT),
-        "prometheus.io/path": push.monitoring_path,
-    }
+    if not splits_by_variant(spec):
+        model = _container_model(spec, base_path, current)
+        config_map, deployment = _server(spec, server, model, spec.push.deploy.replicas, storage)
+        return {
+            "configmap.yaml": config_map,
+            "deployment.yaml": deployment,
+            "service.yaml": _service(spec, server, labels, selector),
+        }
+    split = traffic_split(spec, current)
+    objects: dict[str, dict[str, Any]] = {}
+    for variant in VARIANTS:
+        version = split.versions[variant]
+        # A variant's server has no labels: the route turns a request by label into one to
+        # its variant, so moving a label changes which version a server loads, which TF
+        # Serving does in place, where moving a label onto a version it has not loaded yet
+        # would be refused (docs/serving.md, "Label moves on a server that loads before it
+        # labels").
+        if version is None:
+            model = config_files.ServedModel(spec.push.model_name, base_path, "latest")
+        else:
+            model = config_files.ServedModel(
+                spec.push.model_name, base_path, "labelled", versions=(version,)
+            )
+        config_map, deployment = _server(
+            spec,
+            f"{server}-{variant}",
+            model,
+            _variant_replicas(spec, variant),
+            storage,
+            variant=variant,
+        )
+        objects[f"configmap-{variant}.yaml"] = config_map
+        objects[f"deployment-{variant}.yaml"] = deployment
+    # The model's Service selects both variants' pods: without a mesh that honours the route,
+    # requests spread over the pods as replicas do.
+    objects["service.yaml"] = _service(spec, server, labels, selector)
+    for variant in VARIANTS:
+        objects[f"service-{variant}.yaml"] = _service(
+            spec,
+            f"{server}-{variant}",
+            {**labels, VARIANT_LABEL: variant},
+            {**selector, VARIANT_LABEL: variant},
+        )
+    objects["httproute.yaml"] = _http_route(spec, server, labels, split)
+    return objects
+
+
+def _variant_replicas(spec: PipelineSpec, variant: str) -> int:
+    """`push.deploy.replicas` for stable; for the canary, its share of them, at least one (a
+    canary with no pod would fail its share of requests when the split starts)."""
+    deploy = spec.push.deploy
+    if variant == STABLE:
+        return deploy.replicas
+    return max(1, math.ceil(deploy.replicas * deploy.canary_traffic_percent / 100))
+
+
+def _server(
+    spec: PipelineSpec,
+    server: str,
+    model: config_files.ServedModel,
+    replicas: int,
+    storage: tuple[str, dict | None, dict | None],
+    variant: str | None = None,
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The ConfigMap and Deployment of one TF Serving server named `server` serving `model`;
+    `variant` labels its pods."""
+    push, deploy = spec.push, spec.push.deploy
+    name = resource_name(push.model_name)
+    config_map = f"{server}-config"
+    _, volume, mount = storage
+    files = config_files.serving_config_texts([model], push)
+    labels = _labels(spec, name)
+    selector = {k: labels[k] for k in ("app.kubernetes.io/name", "app.kubernetes.io/instance")}
+    if variant is not None:
+        labels[VARIANT_LABEL] = variant
+        selector[VARIANT_LABEL] = variant
+    pod_annotations = _scrape_annotations(spec)
+    if model.policy == "labelled" and len(model.versions) == 1:
+        pod_annotations[VERSION_ANNOTATION] = str(model.versions[0])
     args = [
         f"--port={GRPC_PORT}",
         f"--rest_api_port={REST_PORT}",
@@ -174,7 +303,7 @@ def _tf_serving(
         "kind": "Deployment",
         "metadata": {"name": server, "labels": labels},
         "spec": {
-            "replicas": deploy.replicas,
+            "replicas": replicas,
             "selector": {"matchLabels": selector},
             # A rollout never drops below the serving replicas.
             "strategy": {
@@ -182,21 +311,9 @@ def _tf_serving(
                 "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1},
             },
             "template": {
-                "metadata": {"labels": labels, "annotations": scrape},
+                "metadata": {"labels": labels, "annotations": pod_annotations},
                 "spec": {"containers": [container], "volumes": volumes},
             },
-        },
-    }
-    service = {
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": {"name": server, "labels": labels, "annotations": scrape},
-        "spec": {
-            "selector": selector,
-            "ports": [
-                {"name": "grpc", "port": GRPC_PORT, "targetPort": "grpc", "protocol": "TCP"},
-                {"name": "http", "port": REST_PORT, "targetPort": "http", "protocol": "TCP"},
-            ],
         },
     }
     configmap = {
@@ -205,10 +322,107 @@ def _tf_serving(
         "metadata": {"name": config_map, "labels": labels},
         "data": files,
     }
+    return configmap, deployment
+
+
+def _scrape_annotations(spec: PipelineSpec) -> dict[str, str]:
     return {
-        "configmap.yaml": configmap,
-        "deployment.yaml": deployment,
-        "service.yaml": service,
+        "prometheus.io/scrape": "true",
+        "prometheus.io/port": str(REST_PORT),
+        "prometheus.io/path": spec.push.monitoring_path,
+    }
+
+
+def _service(
+    spec: PipelineSpec, name: str, labels: dict[str, str], selector: dict[str, str]
+) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": name, "labels": labels, "annotations": _scrape_annotations(spec)},
+        "spec": {
+            "selector": selector,
+            "ports": [
+                {"name": "grpc", "port": GRPC_PORT, "targetPort": "grpc", "protocol": "TCP"},
+                {"name": "http", "port": REST_PORT, "targetPort": "http", "protocol": "TCP"},
+            ],
+        },
+    }
+
+
+def _http_route(
+    spec: PipelineSpec, server: str, labels: dict[str, str], split: TrafficSplit
+) -> dict[str, Any]:
+    """A Gateway API HTTPRoute attached to the model's Service (the GAMMA way, for a service
+    mesh): requests by label go to that label's variant (the label taken out of the path, since
+    the variant's server has none), requests by version to the variant serving it, and every
+    other request to stable or canary by their weights."""
+    model_path = f"/v1/models/{spec.push.model_name}"
+
+    def backend(variant: str, weight: int | None = None) -> dict[str, Any]:
+        ref: dict[str, Any] = {"name": f"{server}-{variant}", "port": REST_PORT}
+        if weight is not None:
+            ref["weight"] = weight
+        return ref
+
+    def exact(path: str) -> dict[str, Any]:
+        return {"path": {"type": "Exact", "value": path}}
+
+    def rewrite(kind: str, path: str) -> list[dict[str, Any]]:
+        key = "replaceFullPath" if kind == "ReplaceFullPath" else "replacePrefixMatch"
+        return [{"type": "URLRewrite", "urlRewrite": {"path": {"type": kind, key: path}}}]
+
+    rules: list[dict[str, Any]] = []
+    for variant in VARIANTS:
+        by_label = f"{model_path}/labels/{variant}"
+        # An Exact match per verb: `:predict` is part of the path's last segment, which a
+        # PathPrefix match (segment by segment) does not reach.
+        for verb in REST_VERBS:
+            rules.append(
+                {
+                    "matches": [exact(f"{by_label}:{verb}")],
+                    "filters": rewrite("ReplaceFullPath", f"{model_path}:{verb}"),
+                    "backendRefs": [backend(variant)],
+                }
+            )
+        rules.append(
+            {
+                "matches": [{"path": {"type": "PathPrefix", "value": by_label}}],
+                "filters": rewrite("ReplacePrefixMatch", model_path),
+                "backendRefs": [backend(variant)],
+            }
+        )
+    served: dict[int, str] = {}
+    for variant in VARIANTS:
+        version = split.versions[variant]
+        if version is not None:
+            served.setdefault(version, variant)
+    for version, variant in sorted(served.items()):
+        by_version = f"{model_path}/versions/{version}"
+        rules.append(
+            {
+                "matches": [
+                    *(exact(f"{by_version}:{verb}") for verb in REST_VERBS),
+                    {"path": {"type": "PathPrefix", "value": by_version}},
+                ],
+                "backendRefs": [backend(variant)],
+            }
+        )
+    rules.append(
+        {
+            "matches": [{"path": {"type": "PathPrefix", "value": "/"}}],
+            "backendRefs": [backend(variant, split.weights[variant]) for variant in VARIANTS],
+        }
+    )
+    return {
+        "apiVersion": "gateway.networking.k8s.io/v1",
+        "kind": "HTTPRoute",
+        "metadata": {"name": server, "labels": labels},
+        "spec": {
+            # gRPC (port 8500) is not an HTTPRoute's: it reaches the Service's pods as is.
+            "parentRefs": [{"group": "", "kind": "Service", "name": server, "port": REST_PORT}],
+            "rules": rules,
+        },
     }
 
 
@@ -308,7 +522,9 @@ def _image_tag(image: str) -> str:
 # ----------------------------------------------------------------------------- kserve
 
 
-def _kserve(spec: PipelineSpec) -> dict[str, dict[str, Any]]:
+def _kserve(
+    spec: PipelineSpec, current: config_files.ServedModel | None
+) -> dict[str, dict[str, Any]]:
     push, deploy = spec.push, spec.push.deploy
     name = resource_name(push.model_name)
     storage_uri = deploy.storage_uri or f"pvc://{name}-models"
@@ -317,25 +533,62 @@ def _kserve(spec: PipelineSpec) -> dict[str, dict[str, Any]]:
             f"push.deploy.storage_uri {storage_uri!r}: KServe's storage initializer reads "
             f"only {', '.join(KSERVE_STORAGE_SCHEMES)}"
         )
-    predictor: dict[str, Any] = {"storageUri": storage_uri}
+    tensorflow: dict[str, Any] = {"storageUri": storage_uri}
     # KServe's TFServingSpec.validateGPU: a `-gpu` runtime exactly when GPUs are requested.
     _check_gpu_image(spec, strict=True)
-    version = _image_tag(deploy.image)
-    if version:
-        predictor["runtimeVersion"] = version
+    runtime_version = _image_tag(deploy.image)
+    if runtime_version:
+        tensorflow["runtimeVersion"] = runtime_version
     resources = container_resources(deploy.resources)
     if resources:
-        predictor["resources"] = resources
+        tensorflow["resources"] = resources
+    predictor: dict[str, Any] = {}
+    objects: dict[str, dict[str, Any]] = {}
+    split = traffic_split(spec, current)
+    version = split.versions[CANARY]
+    if version is not None:
+        # KServe's TF Serving serves the newest version under storageUri (a claim is mounted
+        # live, so an older revision would load a newer version too), and makes a revision
+        # only when the predictor's pod changes. So the predictor names its version: a
+        # models.config loading only that version (TF Serving reads --model_config_file
+        # instead of the runtime's --model_base_path; KServe appends these args to the
+        # runtime's) in a ConfigMap of that version's own, so the older revision keeps its.
+        config_map = f"{name}-kserve-v{version}"
+        predictor["annotations"] = {VERSION_ANNOTATION: str(version)}
+        tensorflow["args"] = [
+            f"--model_config_file={KSERVE_CONFIG_MOUNT}/{config_files.MODELS_CONFIG}"
+        ]
+        tensorflow["volumeMounts"] = [
+            {"name": "conveyor-config", "mountPath": KSERVE_CONFIG_MOUNT, "readOnly": True}
+        ]
+        predictor["volumes"] = [{"name": "conveyor-config", "configMap": {"name": config_map}}]
+        for variant_version in sorted({v for v in split.versions.values() if v is not None}):
+            objects[f"configmap-v{variant_version}.yaml"] = _kserve_config_map(
+                spec, name, variant_version
+            )
+    if split.splits:
+        # The new revision (the canary's version) gets this share; KServe gives the rest to
+        # the last revision that had every request (stable's, rendered when it was alone).
+        predictor = {"canaryTrafficPercent": split.weights[CANARY], **predictor}
+    predictor = {"minReplicas": deploy.replicas, **predictor, "tensorflow": tensorflow}
     inference_service = {
         "apiVersion": "serving.kserve.io/v1beta1",
         "kind": "InferenceService",
         "metadata": {"name": name, "labels": _labels(spec, name)},
-        "spec": {
-            "predictor": {
-                "minReplicas": deploy.replicas,
-                "canaryTrafficPercent": deploy.canary_traffic_percent,
-                "tensorflow": predictor,
-            }
-        },
+        "spec": {"predictor": predictor},
     }
-    return {"inferenceservice.yaml": inference_service}
+    return {"inferenceservice.yaml": inference_service, **objects}
+
+
+def _kserve_config_map(spec: PipelineSpec, name: str, version: int) -> dict[str, Any]:
+    """The models.config of the revision serving `version`: the model under the
+    InferenceService's name (the name in KServe's URLs), `version` only, from KServe's model
+    folder."""
+    model = config_files.ServedModel(name, KSERVE_MODEL_DIR, "labelled", versions=(version,))
+    text = config_files.serving_config_texts([model], spec.push)[config_files.MODELS_CONFIG]
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": f"{name}-kserve-v{version}", "labels": _labels(spec, name)},
+        "data": {config_files.MODELS_CONFIG: text},
+    }

@@ -1,6 +1,8 @@
 """`conveyor deploy render`: every Kubernetes object parses into the official client's models
-with no field the API does not know, the ConfigMap's config files are ones TF Serving reads,
-and the KServe InferenceService matches a schema written from KServe's v1beta1 Go types."""
+with no field the API does not know, the ConfigMaps' config files are ones TF Serving reads,
+and the KServe InferenceService matches a schema written from KServe's v1beta1 Go types. The
+traffic split between `stable` and `canary` (the HTTPRoute against Gateway API's schema, and
+how promote and rollback move it) is in tests/unit/test_traffic_split.py."""
 
 import subprocess
 import sys
@@ -92,14 +94,35 @@ def test_the_walk_finds_an_unknown_field():
     assert "imagee" in _unknown_fields(nested, "V1Deployment")[0]
 
 
-def test_tf_serving_objects_parse_into_kubernetes_models(tmp_path):
-    files = _render_files(tmp_path, _spec(), "tf-serving")
-    assert sorted(files) == ["configmap.yaml", "deployment.yaml", "service.yaml"]
+VARIANT_FILES = [
+    "configmap-canary.yaml",
+    "configmap-stable.yaml",
+    "deployment-canary.yaml",
+    "deployment-stable.yaml",
+    "httproute.yaml",
+    "service-canary.yaml",
+    "service-stable.yaml",
+    "service.yaml",
+]
+
+
+def _check_kubernetes_objects(files: dict[str, dict]) -> None:
+    """Every object of a core kind parses into the client's model (the HTTPRoute, a custom
+    resource, is checked against its CRD's schema in test_traffic_split.py)."""
     for name, obj in files.items():
+        if obj["kind"] == "HTTPRoute":
+            continue
         model = _as_model(obj, KINDS[obj["apiVersion"], obj["kind"]])
         assert model.metadata.name.startswith("penguin-tf-serving"), name
 
-    deployment = _as_model(files["deployment.yaml"], "V1Deployment")
+
+def test_tf_serving_objects_parse_into_kubernetes_models(tmp_path):
+    files = _render_files(tmp_path, _spec(), "tf-serving")
+    # version_policy labelled with stable and canary: a server per variant and the route.
+    assert sorted(files) == VARIANT_FILES
+    _check_kubernetes_objects(files)
+
+    deployment = _as_model(files["deployment-stable.yaml"], "V1Deployment")
     pod = deployment.spec.template.spec
     container = pod.containers[0]
     assert container.image == "tensorflow/serving:2.16.1"
@@ -111,7 +134,7 @@ def test_tf_serving_objects_parse_into_kubernetes_models(tmp_path):
         container.resources.requests == container.resources.limits == {"cpu": "1", "memory": "2Gi"}
     )
     _check_quantities(
-        files["deployment.yaml"]["spec"]["template"]["spec"]["containers"][0]["resources"]
+        files["deployment-stable.yaml"]["spec"]["template"]["spec"]["containers"][0]["resources"]
     )
     assert deployment.spec.replicas == 1
     assert (
@@ -123,7 +146,7 @@ def test_tf_serving_objects_parse_into_kubernetes_models(tmp_path):
     assert not any(a.startswith("--enable_batching") for a in container.args)
 
     # Every file a flag names is a key of the ConfigMap mounted where the flag looks.
-    config_map = _as_model(files["configmap.yaml"], "V1ConfigMap")
+    config_map = _as_model(files["configmap-stable.yaml"], "V1ConfigMap")
     mounts = {m.name: m for m in container.volume_mounts}
     volumes = {v.name: v for v in pod.volumes}
     assert volumes["config"].config_map.name == config_map.metadata.name
@@ -140,11 +163,17 @@ def test_tf_serving_objects_parse_into_kubernetes_models(tmp_path):
     assert mounts["models"].mount_path == "/models/penguin"
     assert mounts["models"].read_only is True
 
+    # The model's Service selects both variants' pods; each variant's Service only its own.
     service = _as_model(files["service.yaml"], "V1Service")
     assert {p.port: p.name for p in service.spec.ports} == {8500: "grpc", 8501: "http"}
-    assert service.spec.selector == deployment.spec.selector.match_labels
     assert service.metadata.annotations["prometheus.io/path"] == "/monitoring/prometheus/metrics"
     assert service.metadata.annotations["prometheus.io/port"] == "8501"
+    for variant in ("stable", "canary"):
+        pods = _as_model(files[f"deployment-{variant}.yaml"], "V1Deployment").spec.template
+        assert service.spec.selector.items() <= pods.metadata.labels.items()
+        own = _as_model(files[f"service-{variant}.yaml"], "V1Service")
+        assert own.spec.selector == {**service.spec.selector, "conveyor/variant": variant}
+        assert own.spec.selector.items() <= pods.metadata.labels.items()
 
 
 def _config_map_files(tmp_path, config_map: dict) -> dict:
@@ -155,9 +184,10 @@ def _config_map_files(tmp_path, config_map: dict) -> dict:
     return {name: folder / name for name in config_map["data"]}
 
 
-def test_configmap_holds_config_files_tf_serving_reads(tmp_path):
+@pytest.mark.parametrize("variant", ["stable", "canary"])
+def test_configmap_holds_config_files_tf_serving_reads(tmp_path, variant):
     files = _render_files(tmp_path, _spec(), "tf-serving")
-    paths = _config_map_files(tmp_path, files["configmap.yaml"])
+    paths = _config_map_files(tmp_path, files[f"configmap-{variant}.yaml"])
     assert sorted(paths) == [MODELS_CONFIG, MONITORING_CONFIG]
     config = read_models_config(paths[MODELS_CONFIG])
     (entry,) = config.model_config_list.config
@@ -173,30 +203,37 @@ def test_configmap_holds_config_files_tf_serving_reads(tmp_path):
     assert monitoring.prometheus_config.path == "/monitoring/prometheus/metrics"
 
 
-def test_configmap_carries_the_workdirs_current_labels(tmp_path):
-    spec = _spec()
+def test_version_policy_all_keeps_one_server_with_the_workdirs_labels(tmp_path):
+    # `all` loads every version on one server and clients ask by label: no variants, no route.
+    spec = _spec("push.version_policy=all")
     paths = RunPaths(workdir=tmp_path / "work", spec=spec)
     labelled = ServedModel(
-        "penguin", str(paths.serving_dir), "labelled", labels={"stable": 1, "canary": 2}
+        "penguin", str(paths.serving_dir), "all", labels={"stable": 1, "canary": 2}
     )
     write_serving_configs(paths.serving_config_dir, [labelled], spec.push)
     current = current_entry(paths.serving_config_dir, "penguin")
     assert current == labelled
 
     files = _render_files(tmp_path, spec, "tf-serving", current)
+    assert sorted(files) == ["configmap.yaml", "deployment.yaml", "service.yaml"]
+    _check_kubernetes_objects(files)
     in_pod = _config_map_files(tmp_path, files["configmap.yaml"])[MODELS_CONFIG]
     assert served_models(in_pod) == [
-        ServedModel("penguin", "/models/penguin", "labelled", labels={"stable": 1, "canary": 2})
+        ServedModel("penguin", "/models/penguin", "all", labels={"stable": 1, "canary": 2})
     ]
+    deployment = _as_model(files["deployment.yaml"], "V1Deployment")
+    service = _as_model(files["service.yaml"], "V1Service")
+    assert service.spec.selector == deployment.spec.selector.match_labels
 
 
 def test_batching_adds_its_file_and_flags(tmp_path):
     spec = _spec("push.batching={max_batch_size: 32, num_batch_threads: 2}")
     files = _render_files(tmp_path, spec, "tf-serving")
-    container = _as_model(files["deployment.yaml"], "V1Deployment").spec.template.spec.containers[0]
+    container = _as_model(files["deployment-canary.yaml"], "V1Deployment").spec.template.spec
+    container = container.containers[0]
     assert "--enable_batching=true" in container.args
     assert "--batching_parameters_file=/etc/tf-serving/batching.config" in container.args
-    paths = _config_map_files(tmp_path, files["configmap.yaml"])
+    paths = _config_map_files(tmp_path, files["configmap-canary.yaml"])
     batching = read_batching_config(paths[BATCHING_CONFIG])
     assert (batching.max_batch_size.value, batching.num_batch_threads.value) == (32, 2)
 
@@ -205,9 +242,9 @@ def test_storage_uri_choices(tmp_path):
     files = _render_files(
         tmp_path, _spec("push.deploy.storage_uri=gs://bucket/models/penguin"), "tf-serving"
     )
-    pod = _as_model(files["deployment.yaml"], "V1Deployment").spec.template.spec
+    pod = _as_model(files["deployment-stable.yaml"], "V1Deployment").spec.template.spec
     assert [v.name for v in pod.volumes] == ["config"]  # TF Serving reads gs:// itself
-    paths = _config_map_files(tmp_path, files["configmap.yaml"])
+    paths = _config_map_files(tmp_path, files["configmap-stable.yaml"])
     assert read_models_config(paths[MODELS_CONFIG]).model_config_list.config[0].base_path == (
         "gs://bucket/models/penguin"
     )
@@ -215,7 +252,7 @@ def test_storage_uri_choices(tmp_path):
     files = _render_files(
         tmp_path, _spec("push.deploy.storage_uri=pvc://shared/serving/penguin"), "tf-serving"
     )
-    pod = _as_model(files["deployment.yaml"], "V1Deployment").spec.template.spec
+    pod = _as_model(files["deployment-canary.yaml"], "V1Deployment").spec.template.spec
     volume = {v.name: v for v in pod.volumes}["models"]
     mount = {m.name: m for m in pod.containers[0].volume_mounts}["models"]
     assert volume.persistent_volume_claim.claim_name == "shared"
@@ -231,32 +268,35 @@ def test_gpu_needs_the_gpu_image(tmp_path):
         manifests.render(_spec(gpu), "tf-serving")
     spec = _spec(gpu, "push.deploy.image=tensorflow/serving:2.16.1-gpu")
     files = _render_files(tmp_path, spec, "tf-serving")
-    container = _as_model(files["deployment.yaml"], "V1Deployment").spec.template.spec.containers[0]
-    assert container.resources.limits == {"cpu": "4", "memory": "16Gi", "nvidia.com/gpu": "1"}
-    _check_quantities(
-        files["deployment.yaml"]["spec"]["template"]["spec"]["containers"][0]["resources"]
-    )
+    for variant in ("stable", "canary"):
+        deployment = files[f"deployment-{variant}.yaml"]
+        container = _as_model(deployment, "V1Deployment").spec.template.spec.containers[0]
+        assert container.resources.limits == {"cpu": "4", "memory": "16Gi", "nvidia.com/gpu": "1"}
+        _check_quantities(deployment["spec"]["template"]["spec"]["containers"][0]["resources"])
 
 
 def test_profiles_override_deploy_settings(tmp_path):
     files = _render_files(tmp_path, _spec(env="kubeflow"), "tf-serving")
-    deployment = _as_model(files["deployment.yaml"], "V1Deployment")
+    deployment = _as_model(files["deployment-stable.yaml"], "V1Deployment")
     assert deployment.spec.replicas == 2
     assert deployment.spec.template.spec.containers[0].resources.limits == {
         "cpu": "2",
         "memory": "4Gi",
     }
+    # The canary's share of the replicas (10% of 2), never none.
+    assert _as_model(files["deployment-canary.yaml"], "V1Deployment").spec.replicas == 1
 
 
 # KServe is not a dependency, so its InferenceService is checked against this schema of the
 # fields Conveyor writes, transcribed from KServe's Go types in pkg/apis/serving/v1beta1:
 # InferenceServiceSpec (inference_service.go: predictor, explainer, transformer), PredictorSpec
-# (predictor.go: one framework key such as `tensorflow`, PodSpec inline, and
+# (predictor.go: one framework key such as `tensorflow`, PodSpec inline (`volumes`), and
 # ComponentExtensionSpec inline from component.go: minReplicas, maxReplicas,
-# canaryTrafficPercent, ...), TFServingSpec (predictor_tfserving.go) = PredictorExtensionSpec
-# (storageUri, runtimeVersion, protocolVersion, storage, and corev1.Container inline, whose
-# `resources` is checked with V1ResourceRequirements below). The name rule is IsvcNameFmt and
-# the storage schemes SupportedStorageURIPrefixList (inference_service_validation.go).
+# canaryTrafficPercent, annotations, ...), TFServingSpec (predictor_tfserving.go) =
+# PredictorExtensionSpec (storageUri, runtimeVersion, protocolVersion, storage, and
+# corev1.Container inline, whose `resources`, `args` and `volumeMounts` are checked with the
+# kubernetes client's models below). The name rule is IsvcNameFmt and the storage schemes
+# SupportedStorageURIPrefixList (inference_service_validation.go).
 # Properties KServe has but Conveyor does not write are left out, so a typo fails.
 KSERVE_SCHEMA = {
     "type": "object",
@@ -283,6 +323,11 @@ KSERVE_SCHEMA = {
                         "minReplicas": {"type": "integer", "minimum": 0},
                         "maxReplicas": {"type": "integer", "minimum": 0},
                         "canaryTrafficPercent": {"type": "integer", "minimum": 0, "maximum": 100},
+                        "annotations": {
+                            "type": "object",
+                            "additionalProperties": {"type": "string"},
+                        },
+                        "volumes": {"type": "array", "items": {"type": "object"}},
                         "tensorflow": {
                             "type": "object",
                             "required": ["storageUri"],
@@ -295,6 +340,8 @@ KSERVE_SCHEMA = {
                                 "runtimeVersion": {"type": "string"},
                                 "protocolVersion": {"enum": ["v1", "v2", "grpc-v1", "grpc-v2"]},
                                 "resources": {"type": "object"},
+                                "args": {"type": "array", "items": {"type": "string"}},
+                                "volumeMounts": {"type": "array", "items": {"type": "object"}},
                             },
                         },
                     },
@@ -308,10 +355,15 @@ KSERVE_SCHEMA = {
 def _check_inference_service(obj: dict) -> None:
     jsonschema.validate(obj, KSERVE_SCHEMA)
     _as_model(obj["metadata"], "V1ObjectMeta")
-    tensorflow = obj["spec"]["predictor"]["tensorflow"]
+    predictor = obj["spec"]["predictor"]
+    tensorflow = predictor["tensorflow"]
     if "resources" in tensorflow:
         _as_model(tensorflow["resources"], "V1ResourceRequirements")
         _check_quantities(tensorflow["resources"])
+    for volume in predictor.get("volumes", []):
+        _as_model(volume, "V1Volume")
+    for mount in tensorflow.get("volumeMounts", []):
+        _as_model(mount, "V1VolumeMount")
 
 
 def test_kserve_inference_service_matches_kserves_types(tmp_path):
@@ -320,7 +372,8 @@ def test_kserve_inference_service_matches_kserves_types(tmp_path):
     service = files["inferenceservice.yaml"]
     _check_inference_service(service)
     predictor = service["spec"]["predictor"]
-    assert predictor["canaryTrafficPercent"] == 10
+    # Nothing labelled yet: no version to name and no canary (test_traffic_split.py has both).
+    assert "canaryTrafficPercent" not in predictor and "annotations" not in predictor
     assert predictor["minReplicas"] == 1
     assert predictor["tensorflow"] == {
         "storageUri": "pvc://penguin-models",
@@ -358,7 +411,8 @@ def test_kserve_gpu_runtime_and_storage(tmp_path):
         "push.deploy.storage_uri=gs://bucket/penguin",
         "push.deploy.canary_traffic_percent=25",
     )
-    service = _render_files(tmp_path, spec, "kserve")["inferenceservice.yaml"]
+    current = ServedModel("penguin", "/srv/penguin", labels={"stable": 3, "canary": 4})
+    service = _render_files(tmp_path, spec, "kserve", current)["inferenceservice.yaml"]
     _check_inference_service(service)
     predictor = service["spec"]["predictor"]
     assert predictor["canaryTrafficPercent"] == 25
@@ -398,14 +452,12 @@ def test_cli_renders_both_targets_without_tensorflow(tmp_path):
     )
     assert done.returncode == 0, done.stderr
     out = tmp_path / "tmp" / "deploy" / "penguin" / "tf-serving"
-    assert done.stdout.splitlines() == [
-        f"wrote {out / name}" for name in ("configmap.yaml", "deployment.yaml", "service.yaml")
-    ]
+    assert sorted(done.stdout.splitlines()) == [f"wrote {out / name}" for name in VARIANT_FILES]
     assert "HEAVY []" in done.stderr
     assert "no models.config for penguin" in done.stderr
-    for name in ("configmap.yaml", "deployment.yaml", "service.yaml"):
-        obj = yaml.safe_load((out / name).read_text())
-        _as_model(obj, KINDS[obj["apiVersion"], obj["kind"]])
+    _check_kubernetes_objects(
+        {name: yaml.safe_load((out / name).read_text()) for name in VARIANT_FILES}
+    )
 
     done = _conveyor(
         "deploy",
