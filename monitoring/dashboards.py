@@ -9,12 +9,20 @@ Two dashboards, written as JSON into `monitoring/dashboards/` for Grafana's file
 - `conveyor-serving.json`, the model server: requests by status, the server-error ratio, p50
   and p99 latency against the budget, loaded versions, model load times and failures, first
   for Conveyor's model server (`conveyor_serving_*`), then for TF Serving itself (the
-  `tensorflow/serving` image, `:tensorflow:serving:*`: its own names, labels and units).
+  `tensorflow/serving` image, `:tensorflow:serving:*`: its own names, labels and units); and
+  per variant, to compare a canary with stable: Conveyor's server by the `version` that
+  answered, TF Serving by a `variant` label the scrape configuration copies from the pod label
+  `conveyor/variant` that `conveyor deploy render` sets.
 
 Every query reads metrics Conveyor exports (pipelines/finish/metrics.py for runs,
 pipelines/serving/model_server/metrics.py for serving) or TF Serving exports (the list citing TF
 Serving's sources in pipelines/finish/metrics.py); tests/unit/test_monitoring_dashboards.py
 checks that, and that the committed JSON is what this module generates.
+
+grafanalib writes the dashboard model of Grafana 4 (`rows`, `span`, data sources by name,
+`null` for every unset field), which Grafana migrates when it loads it. `render` writes the
+current model instead (`grafana_model`), and tests/unit/test_grafana_schema.py validates it
+against Grafana's published dashboard JSON schema (Grafana itself is not run by the tests).
 
     .venv/bin/python monitoring/dashboards.py            # rewrite monitoring/dashboards/
     .venv/bin/python monitoring/dashboards.py --check    # exit 1 when a file is stale
@@ -32,6 +40,18 @@ from grafanalib._gen import DashboardEncoder
 
 OUTPUT_DIR = Path(__file__).parent / "dashboards"
 DATASOURCE = "${datasource}"  # chosen on the dashboard (templating), Prometheus by default
+# The label naming a variant (stable, canary) on TF Serving's series: the pod label
+# `conveyor/variant` that `conveyor deploy render` sets, relabelled to `variant` by the
+# scrape configuration (a PodMonitor's relabelings), as TF Serving's metrics carry none.
+VARIANT = "variant"
+# What grafanalib writes that Grafana's current dashboard model no longer has: the Grafana 4
+# layout (rows, spans, heights), per-panel edit flags, and tag queries of variables.
+LEGACY_KEYS = {
+    "dashboard": {"__inputs", "rows", "style", "hideControls", "sharedCrosshair"},
+    "panel": {"editable", "error", "height", "minSpan", "span"},
+    "variable": {"tags", "tagsQuery", "tagValuesQuery", "useTags"},
+    "timepicker": {"time_options"},
+}
 ERROR_RATIO_BUDGET = 0.01  # as monitoring/rules/conveyor.rules.yml
 LATENCY_BUDGET_SECONDS = 0.25  # push.latency_budget_ms's default, as the rules
 INFERENCE = 'method=~"predict|classify|regress"'
@@ -328,6 +348,29 @@ def serving_dashboard() -> core.Dashboard:
             ],
             unit="reqps",
         ),
+        _latency_panel(
+            "Inference latency by version (stable and canary)",
+            lambda q: (
+                f"histogram_quantile({q}, sum by (model, version, le) (rate("
+                f"conveyor_serving_request_latency_seconds_bucket{{{m}, {INFERENCE}}}[5m])))"
+            ),
+            "{{model}} v{{version}}",
+        ),
+        _series(
+            f"Server-error ratio by version (budget {ERROR_RATIO_BUDGET:.0%})",
+            [
+                _target(
+                    "sum by (model, version) "
+                    f'(rate(conveyor_serving_requests_total{{{m}, status=~"5.."}}[5m]))'
+                    " / sum by (model, version) "
+                    f"(rate(conveyor_serving_requests_total{{{m}}}[5m]))",
+                    "{{model}} v{{version}}",
+                )
+            ],
+            unit="percentunit",
+            thresholds=_threshold(ERROR_RATIO_BUDGET),
+            thresholdsStyleMode="line",
+        ),
         _series(
             "Loaded versions",
             [_target(f"conveyor_serving_loaded_versions{{{m}}}", "{{model}}")],
@@ -410,6 +453,26 @@ def _tf_serving_panels() -> list:
             "{{model_name}}",
         ),
         _series(
+            "TF Serving: requests per second by variant and status",
+            [
+                _target(
+                    f"sum by (model_name, {VARIANT}, status) "
+                    f"(rate(:tensorflow:serving:request_count{{{m}}}[5m]))",
+                    f"{{{{model_name}}}} {{{{{VARIANT}}}}} {{{{status}}}}",
+                )
+            ],
+            unit="reqps",
+        ),
+        _latency_panel(
+            "TF Serving: inference latency by variant",
+            lambda q: (
+                f"histogram_quantile({q}, sum by (model_name, {VARIANT}, le) (rate("
+                f":tensorflow:serving:request_latency_bucket{{{m}, {TF_INFERENCE}}}[5m])))"
+                f" / {MICROSECONDS:g}"
+            ),
+            f"{{{{model_name}}}} {{{{{VARIANT}}}}}",
+        ),
+        _series(
             "TF Serving: SavedModel loads per hour by status, and warm-up time p99",
             [
                 _target(
@@ -447,9 +510,53 @@ DASHBOARDS = {
 
 
 def render(dashboard: core.Dashboard) -> str:
-    """A dashboard as the JSON Grafana's provisioning reads (stable: sorted keys)."""
-    data = dashboard.to_json_data()
-    return json.dumps(data, cls=DashboardEncoder, indent=2, sort_keys=True) + "\n"
+    """A dashboard as the JSON Grafana's provisioning reads (stable: sorted keys), in
+    Grafana's current dashboard model."""
+    data = json.loads(json.dumps(dashboard.to_json_data(), cls=DashboardEncoder))
+    return json.dumps(grafana_model(data), indent=2, sort_keys=True) + "\n"
+
+
+def grafana_model(dashboard: dict) -> dict:
+    """grafanalib's JSON in Grafana's current dashboard model (kinds/dashboard in Grafana's
+    repository): unset fields left out instead of `null`, the Grafana 4 keys (`LEGACY_KEYS`)
+    dropped, and data sources as references (`{"type", "uid"}`) instead of names, the form
+    Grafana's own migration (schema version 33) gives them. Grafana loads either; this one
+    can be checked against the published schema."""
+    model = {k: v for k, v in _without_nulls(dashboard).items()}
+    for key in LEGACY_KEYS["dashboard"]:
+        model.pop(key, None)
+    for key in LEGACY_KEYS["timepicker"]:
+        model.get("timepicker", {}).pop(key, None)
+    for panel in model.get("panels", []):
+        for key in LEGACY_KEYS["panel"]:
+            panel.pop(key, None)
+        panel["datasource"] = _datasource_ref(panel.get("datasource"))
+        for target in panel.get("targets", []):
+            target["datasource"] = _datasource_ref(target.get("datasource"))
+    for variable in model.get("templating", {}).get("list", []):
+        for key in LEGACY_KEYS["variable"]:
+            variable.pop(key, None)
+        variable.get("current", {}).pop("tags", None)
+        if "datasource" in variable:
+            variable["datasource"] = _datasource_ref(variable["datasource"])
+    return model
+
+
+def _without_nulls(value):
+    if isinstance(value, dict):
+        # A threshold's base step keeps `"value": null` (minus infinity; the model requires it).
+        keep = {"value"} if "color" in value else set()
+        return {k: _without_nulls(v) for k, v in value.items() if v is not None or k in keep}
+    if isinstance(value, list):
+        return [_without_nulls(item) for item in value]
+    return value
+
+
+def _datasource_ref(name) -> dict:
+    """A data source reference: the dashboard's variable by its uid, of Prometheus' type."""
+    if isinstance(name, dict):
+        return name
+    return {"type": "prometheus", "uid": name or DATASOURCE}
 
 
 def queries(rendered: dict) -> list[str]:
