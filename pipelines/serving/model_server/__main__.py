@@ -2,7 +2,10 @@
 
 The flags mirror `tensorflow_model_server`'s (`--model_name`, `--model_base_path`,
 `--model_config_file`, `--rest_api_port`, `--file_system_poll_wait_seconds`) in this project's
-spelling; see docs/serving.md ("Local model server").
+spelling; see docs/serving.md ("Local model server"). TF Serving's own spelling of the first four
+is accepted too, so the command line the infra validator gives `tensorflow_model_server`
+(`--port=G --rest_api_port=R --model_name=M --model_base_path=P`) starts this server unchanged:
+with `--rest_api_port`, `--port` is TF Serving's gRPC port, which this server does not open.
 """
 
 from __future__ import annotations
@@ -24,18 +27,33 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m pipelines.serving.model_server",
         description="Serve SavedModel base paths over TF Serving's REST API (no gRPC).",
     )
-    parser.add_argument("--model-name", help="the model's name in REST paths")
+    parser.add_argument("--model-name", "--model_name", help="the model's name in REST paths")
     parser.add_argument(
-        "--model-base-path", help="the folder holding the model's numbered versions"
+        "--model-base-path",
+        "--model_base_path",
+        help="the folder holding the model's numbered versions",
     )
     parser.add_argument(
         "--model-config-file",
+        "--model_config_file",
         help="a models.config (TF Serving's ModelServerConfig, text format), re-read every poll: "
         "models, version policies and labels",
     )
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on")
     parser.add_argument(
-        "--port", type=int, default=8501, help="port to listen on (0: any free port)"
+        "--port",
+        type=int,
+        default=8501,
+        help="port to listen on (0: any free port); with --rest_api_port, TF Serving's gRPC "
+        "port, not opened",
+    )
+    parser.add_argument(
+        "--rest_api_port",
+        "--rest-api-port",
+        type=int,
+        dest="rest_api_port",
+        help="as TF Serving's flag: the REST port; given it, --port is TF Serving's gRPC port, "
+        "which this server does not open (so tensorflow_model_server's command line runs here)",
     )
     parser.add_argument(
         "--poll-seconds",
@@ -102,6 +120,9 @@ def options_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser)
         parser.error("give --model-name with --model-base-path, or --model-config-file")
     if args.poll_seconds <= 0:
         parser.error("--poll-seconds must be positive")
+    if args.rest_api_port is not None and args.rest_api_port <= 0:
+        # TF Serving's 0 turns its REST API off; this server has nothing else to serve.
+        parser.error("--rest_api_port must be a port: this server serves only the REST API")
     problem = process_options_problem(args)
     if problem:
         parser.error(problem)
@@ -115,7 +136,7 @@ def options_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser)
         model_base_path=args.model_base_path,
         model_config_file=args.model_config_file,
         host=args.host,
-        port=args.port,
+        port=args.port if args.rest_api_port is None else args.rest_api_port,
         poll_seconds=args.poll_seconds,
         ready_file=args.ready_file,
         monitoring_path=args.monitoring_path,
