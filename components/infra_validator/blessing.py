@@ -5,8 +5,10 @@ with an empty `INFRA_BLESSED` or `INFRA_NOT_BLESSED` file and the integer custom
 `blessed` (1 or 0); TFX's Pusher (`CheckBlessing`) reads only the property. Conveyor's infra
 validator writes the same, plus why: the reason code (`conveyor_reason_code`, a
 `pipelines.core.outcome.Reason` value) where it refuses a model, and the words
-(`conveyor_reason`), which the Pusher repeats when it holds a model back. Light on purpose: the
-Pusher imports it.
+(`conveyor_reason`), which the Pusher repeats when it holds a model back; and which model
+server checked it (`conveyor_infra_server`, the runner's kind, and
+`conveyor_infra_server_description`), which the run report shows. Light on purpose: the Pusher
+imports it.
 """
 
 from __future__ import annotations
@@ -21,6 +23,10 @@ NOT_BLESSED_FILE = "INFRA_NOT_BLESSED"
 INFRA_BLESSING_KEY = "infra_blessing"  # TFX's Pusher inputs (standard_component_specs)
 MODEL_BLESSING_KEY = "model_blessing"
 NOT_EVALUATED = "not evaluated as blessed"
+# Read by the run report (pipelines/finish/report.py), which sits below components and so
+# spells them itself; tests/unit/test_infra_validator_runners.py keeps the two equal.
+SERVER_PROPERTY = "conveyor_infra_server"
+SERVER_DESCRIPTION_PROPERTY = "conveyor_infra_server_description"
 
 
 def mark(blessing, blessed: bool, reason: str, code: Reason | None = None) -> None:
@@ -34,6 +40,14 @@ def mark(blessing, blessed: bool, reason: str, code: Reason | None = None) -> No
     blessing.set_string_custom_property(REASON_PROPERTY, reason)
     if not blessed:
         blessing.set_string_custom_property(REASON_CODE_PROPERTY, str(code or Reason.INFRA_REFUSED))
+
+
+def mark_server(blessing, kind: str | None, description: str | None) -> None:
+    """Records which model server checked the model (nothing when none was started)."""
+    if kind:
+        blessing.set_string_custom_property(SERVER_PROPERTY, kind)
+    if description:
+        blessing.set_string_custom_property(SERVER_DESCRIPTION_PROPERTY, description)
 
 
 def mark_not_evaluated(blessing) -> None:

@@ -1,11 +1,13 @@
 """The infra validator: serves the candidate in a fresh model server before the Pusher may push it.
 
 TFX's InfraValidator does the same job by starting TF Serving in Docker or Kubernetes, which a
-Kubeflow V2 (Vertex AI) task cannot do and a laptop may not have. This one starts Conveyor's
-own model server (`python -m pipelines.serving.model_server`) as a child process of its own
-executor, in the same image, and sends it canary requests built from the evaluation split (see
-executor.py). Its output is TFX's standard `InfraBlessing`, marked as TFX marks it, so TFX's
-Pusher refuses a model it did not bless.
+Kubeflow V2 (Vertex AI) task cannot do and a laptop may not have. This one starts, through a
+runner as TFX's does (runners/), Conveyor's own model server (`python -m
+pipelines.serving.model_server`) as a child process of its own executor, in the same image (the
+default); or a `tensorflow_model_server` binary; or TF Serving's image as a Kubernetes Job; and
+sends it canary requests built from the evaluation split (see executor.py). Its output is TFX's
+standard `InfraBlessing`, marked as TFX marks it, so TFX's Pusher refuses a model it did not
+bless.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ class InfraValidatorSpec(ComponentSpec):
         executor.LATENCY_BUDGET_KEY: ExecutionParameter(type=float),
         executor.CANARY_REQUESTS_KEY: ExecutionParameter(type=int),
         executor.START_TIMEOUT_KEY: ExecutionParameter(type=float),
+        executor.SERVER_KEY: ExecutionParameter(type=str, optional=True),
     }
     INPUTS = {
         MODEL_KEY: ChannelParameter(type=standard_artifacts.Model),
@@ -57,6 +60,7 @@ class InfraValidator(base_component.BaseComponent):
         canary_requests: int,
         start_timeout_seconds: float,
         model_blessing: types.BaseChannel | None = None,
+        infra_server: str | None = None,
     ):
         """Builds the spec.
 
@@ -68,6 +72,8 @@ class InfraValidator(base_component.BaseComponent):
           canary_requests: how many evaluation rows are sent, each in every request format.
           start_timeout_seconds: how long the model server may take to load the candidate.
           model_blessing: the Evaluator's blessing; a model it did not bless is not served.
+          infra_server: the model server to validate with, a `runners.base.ServerChoice` as
+            JSON (unset: Conveyor's own).
         """
         spec = InfraValidatorSpec(
             model=model,
@@ -77,6 +83,7 @@ class InfraValidator(base_component.BaseComponent):
             latency_budget_ms=float(latency_budget_ms),
             canary_requests=int(canary_requests),
             start_timeout_seconds=float(start_timeout_seconds),
+            infra_server=infra_server,
             blessing=types.Channel(type=standard_artifacts.InfraBlessing),
         )
         super().__init__(spec=spec)

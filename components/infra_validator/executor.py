@@ -4,12 +4,13 @@ canary requests from the evaluation split.
 In order, the first failure deciding the verdict (its reason recorded on the InfraBlessing):
 1. a model the Evaluator did not bless is not served at all ("not evaluated as blessed");
 2. the candidate's serving SavedModel (`Format-Serving`, found as TFX's Pusher finds it) is
-   staged as version 1 under a temporary base path, and a fresh
-   `python -m pipelines.serving.model_server --model-name M --model-base-path P --port 0
-   --ready-file F` is started (in a local run, in the spare process started when the run's
-   trainer started, whose imports are done and which has loaded no model: spare.py); it
-   must write its ready file within `start_timeout_seconds` (a server that exits or hangs
-   fails, with the tail of its output);
+   staged as version 1 under a temporary base path (beside the InfraBlessing, under the
+   pipeline root, for a server that runs elsewhere), and the model server the spec's
+   `push.infra_server` names is started on it through its runner (runners/): Conveyor's own
+   (the default; in a local run, in the spare process started when the run's trainer started:
+   spare.py), a `tensorflow_model_server` binary, or TF Serving's image as a Kubernetes Job.
+   It must be running with the model loaded within `start_timeout_seconds` (a server that
+   exits or hangs fails, with the tail of its output);
 3. `GET /v1/models/M` must report version 1 AVAILABLE;
 4. `canary_requests` rows of the evaluation split are each sent in every request format the
    model has: `serving_default` by row (`instances`) and by column (`inputs`), and serialized
@@ -17,8 +18,11 @@ In order, the first failure deciding the verdict (its reason recorded on the Inf
    every answer must be HTTP 200, shaped as the signature's outputs, finite, and equal to what
    the same SavedModel answers in this process (relative tolerance 1e-5);
 5. the p99 latency over all those requests must stay within `latency_budget_ms`.
-The server is stopped afterwards whatever happened (SIGTERM, then SIGKILL), and dies with this
-process if that is killed first. `infra_validation.json` in the blessing records the figures.
+The server is stopped afterwards whatever happened, and a local one dies with this process if
+that is killed first. `infra_validation.json` in the blessing records the figures and the
+server, which the InfraBlessing also names (`conveyor_infra_server`). A server that cannot run
+here at all (no binary, no cluster) fails the execution: that is the set-up's fault, not the
+candidate's.
 """
 
 from __future__ import annotations
@@ -27,9 +31,6 @@ import base64
 import json
 import os
 import shutil
-import signal
-import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
@@ -43,16 +44,24 @@ from tfx.types import artifact_utils
 from tfx.utils import io_utils, path_utils
 
 from components.infra_validator import blessing as infra_blessing
-from components.infra_validator import spare
-from pipelines.core.paths import FRAMEWORK_ROOT
+from components.infra_validator import runners
+from components.infra_validator.runners.base import (
+    InfraValidationError,
+    ModelServerRunner,
+    ServerChoice,
+)
+from pipelines.core import storage
 
 MODEL_NAME_KEY = "model_name"
 LATENCY_BUDGET_KEY = "latency_budget_ms"
 CANARY_REQUESTS_KEY = "canary_requests"
 START_TIMEOUT_KEY = "start_timeout_seconds"
+SERVER_KEY = "infra_server"  # a ServerChoice as JSON
 
-RUNTIME_MODULE = "pipelines.serving.model_server"
 RESULT_FILE = "infra_validation.json"
+# Where a server that runs elsewhere reads the candidate: inside the InfraBlessing's folder
+# (under the pipeline root), removed once the validation ends.
+SHARED_STAGING_DIR = ".candidate"
 EVAL_SPLIT = "eval"
 DEFAULT_SIGNATURE = "serving_default"
 EXAMPLES_SIGNATURE = "serving_examples"  # serialized tf.Examples in, as the trainer exports it
@@ -61,17 +70,6 @@ RELATIVE_TOLERANCE = 1e-5
 # absolute difference two answers are the same.
 ABSOLUTE_TOLERANCE = 1e-6
 REQUEST_TIMEOUT_SECONDS = 30.0
-STOP_GRACE_SECONDS = 10.0
-
-# Prepended to the server's command: the child asks Linux to SIGKILL it when this process dies
-# (PR_SET_PDEATHSIG survives exec), so a killed run leaves no model server behind.
-_DIE_WITH_PARENT = (
-    spare.DIE_WITH_PARENT + "os.execv(sys.executable, [sys.executable, *sys.argv[2:]])\n"
-)
-
-
-class InfraValidationError(RuntimeError):
-    """A check the candidate failed; the message is the verdict's reason."""
 
 
 @dataclass(frozen=True)
@@ -82,6 +80,7 @@ class Settings:
     latency_budget_ms: float
     canary_requests: int
     start_timeout_seconds: float = 120.0
+    server: ServerChoice = field(default_factory=ServerChoice)
 
 
 @dataclass
@@ -90,6 +89,8 @@ class Findings:
 
     requests: int = 0
     formats: list[str] = field(default_factory=list)
+    server: str | None = None  # the runner's kind
+    server_description: str | None = None
     server_pid: int | None = None
     start_seconds: float | None = None
     latency_ms: dict[str, float] = field(default_factory=dict)
@@ -100,6 +101,8 @@ class Findings:
         return {
             "requests": self.requests,
             "formats": self.formats,
+            "server": self.server,
+            "server_description": self.server_description,
             "server_pid": self.server_pid,
             "start_seconds": self.start_seconds,
             "latency_ms": self.latency_ms,
@@ -112,10 +115,11 @@ class Executor(base_executor.BaseExecutor):
     verdict."""
 
     def Do(self, input_dict, output_dict, exec_properties):  # noqa: N802 - TFX's name
-        """Validates the model and marks the `blessing` output (blessed 1/0 and the reason).
+        """Validates the model and marks the `blessing` output (blessed 1/0, the reason and the
+        server that checked it).
 
         A failed check is a verdict (not blessed), never a failed execution, so the Pusher runs
-        and records why nothing was pushed.
+        and records why nothing was pushed. A server that cannot run here fails the execution.
         """
         self._log_startup(input_dict, output_dict, exec_properties)
         output = artifact_utils.get_single_instance(output_dict["blessing"])
@@ -133,10 +137,12 @@ class Executor(base_executor.BaseExecutor):
             latency_budget_ms=float(exec_properties[LATENCY_BUDGET_KEY]),
             canary_requests=int(exec_properties[CANARY_REQUESTS_KEY]),
             start_timeout_seconds=float(exec_properties[START_TIMEOUT_KEY]),
+            server=ServerChoice.from_json(exec_properties.get(SERVER_KEY)),
         )
         findings = Findings()
+        shared_staging = storage.join(output.uri, SHARED_STAGING_DIR)
         try:
-            validate(model_path, eval_split_files(examples), settings, findings)
+            validate(model_path, eval_split_files(examples), settings, findings, shared_staging)
         except InfraValidationError as err:
             blessed, reason = False, str(err)
         else:
@@ -146,13 +152,19 @@ class Executor(base_executor.BaseExecutor):
                 f"({', '.join(findings.formats)}), p99 {findings.latency_ms['p99']:.1f} ms "
                 f"within the budget {settings.latency_budget_ms:g} ms"
             )
-        logging.info("Infra validation: %s: %s", "blessed" if blessed else "NOT blessed", reason)
+        logging.info(
+            "Infra validation (%s): %s: %s",
+            findings.server_description,
+            "blessed" if blessed else "NOT blessed",
+            reason,
+        )
         record = {"blessed": blessed, "reason": reason, **findings.as_dict()}
         # Through TFX's file I/O: on Vertex AI the artifact lives in a bucket.
         io_utils.write_string_file(
             os.path.join(output.uri, RESULT_FILE), json.dumps(record, indent=2) + "\n"
         )
         infra_blessing.mark(output, blessed, reason)
+        infra_blessing.mark_server(output, findings.server, findings.server_description)
 
 
 def eval_split_files(examples) -> list[str]:
@@ -170,28 +182,47 @@ def eval_split_files(examples) -> list[str]:
 
 
 def validate(
-    model_path: str, example_files: Sequence[str], settings: Settings, findings: Findings
+    model_path: str,
+    example_files: Sequence[str],
+    settings: Settings,
+    findings: Findings,
+    shared_staging: str | None = None,
 ) -> None:
     """Runs every check on the SavedModel at `model_path`; raises `InfraValidationError` with
-    the reason at the first that fails. `findings` is filled in as the checks go."""
+    the reason at the first that fails. `findings` is filled in as the checks go.
+
+    The candidate is staged in a local temporary folder, or under `shared_staging` for a
+    server that runs elsewhere (`runners.serves_from_shared_storage`).
+    """
     started = time.monotonic()
-    staging = Path(tempfile.mkdtemp(prefix="conveyor-infra-"))
-    server = None
+    workdir = Path(tempfile.mkdtemp(prefix="conveyor-infra-"))
+    shared = runners.serves_from_shared_storage(settings.server)
+    if shared and not shared_staging:
+        raise ValueError(f"a {settings.server.kind} server needs a shared staging folder")
+    staging = shared_staging if shared else str(workdir)
+    findings.server = settings.server.kind
+    runner: ModelServerRunner | None = None
     try:
-        base_path = staging / "models" / settings.model_name
-        stage_version(model_path, base_path / "1")
-        server = ModelServer.start(settings.model_name, base_path, staging)
-        findings.server_pid = server.process.pid
+        base_path = storage.join(staging, "models", settings.model_name)
+        stage_version(model_path, storage.join(base_path, "1"))
+        runner = runners.make_runner(settings.server, settings.model_name, base_path, workdir)
+        findings.server_description = runner.describe()
+        server_started = time.monotonic()
+        runner.start()
+        findings.server_pid = runner.pid
+        findings.server_description = runner.describe()  # a Kubernetes job is named now
         # Reading the rows and the in-process answers overlaps with the server's start.
         rows = read_rows(example_files, settings.canary_requests)
         canaries = Canaries.build(model_path, rows)
-        port = server.wait_ready(settings.start_timeout_seconds)
-        findings.start_seconds = round(time.monotonic() - server.started, 3)
-        latencies = send_canaries(port, settings, canaries, findings)
+        runner.wait_until_running(settings.start_timeout_seconds)
+        findings.start_seconds = round(time.monotonic() - server_started, 3)
+        latencies = send_canaries(runner.get_endpoint(), settings, canaries, findings)
     finally:
-        if server is not None:
-            server.stop()
-        shutil.rmtree(staging, ignore_errors=True)
+        if runner is not None:
+            runner.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
+        if shared:
+            storage.remove_tree(staging)
         findings.seconds = time.monotonic() - started
     p50, p99 = (_percentile(latencies, q) for q in (50, 99))
     findings.latency_ms = {"p50": round(p50, 3), "p99": round(p99, 3)}
@@ -208,115 +239,14 @@ def _percentile(values: Sequence[float], q: float) -> float:
     return float(np.percentile(np.asarray(values, dtype=np.float64), q))
 
 
-def stage_version(model_path: str, version_dir: Path) -> None:
-    """Puts the SavedModel at `version_dir`: a symbolic link for a local model, a copy else."""
-    version_dir.parent.mkdir(parents=True, exist_ok=True)
-    if os.path.isdir(model_path):
-        version_dir.symlink_to(os.path.abspath(model_path), target_is_directory=True)
+def stage_version(model_path: str, version_dir: str) -> None:
+    """Puts the SavedModel at `version_dir`: a symbolic link for a local model staged locally,
+    a copy else."""
+    if os.path.isdir(model_path) and not storage.is_remote(version_dir):
+        Path(version_dir).parent.mkdir(parents=True, exist_ok=True)
+        Path(version_dir).symlink_to(os.path.abspath(model_path), target_is_directory=True)
         return
-    io_utils.copy_dir(model_path, str(version_dir))
-
-
-class ModelServer:
-    """A `pipelines.serving.model_server` child process serving one model, and its output file."""
-
-    def __init__(self, process: subprocess.Popen, ready_file: Path, log_file: Path):
-        """Wraps a started process; use `ModelServer.start`."""
-        self.process = process
-        self.ready_file = ready_file
-        self.log_file = log_file
-        self.started = time.monotonic()
-
-    @classmethod
-    def start(cls, model_name: str, base_path: Path, workdir: Path) -> ModelServer:
-        """Starts a fresh model server for `base_path` on a free port of 127.0.0.1, in the
-        run's spare process if it has one (spare.py), else in a new one; its output goes to a
-        file in `workdir` (a pipe could fill up and stall it)."""
-        ready_file = workdir / "ready.json"
-        log_file = workdir / "server.log"
-        arguments = [
-            "--model-name",
-            model_name,
-            "--model-base-path",
-            str(base_path),
-            "--host",
-            "127.0.0.1",
-            "--port",
-            "0",
-            "--ready-file",
-            str(ready_file),
-        ]
-        # A spare the run started early (spare.py) has its imports done already.
-        process = spare.take(arguments, log_file)
-        if process is not None:
-            logging.info("Infra validation: model server started in the spare pid %d", process.pid)
-            return cls(process, ready_file, log_file)
-        command = ["-m", RUNTIME_MODULE, *arguments]
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(
-            p for p in (str(FRAMEWORK_ROOT), env.get("PYTHONPATH")) if p
-        )
-        with open(log_file, "wb") as log:
-            process = subprocess.Popen(
-                [sys.executable, "-c", _DIE_WITH_PARENT, str(os.getpid()), *command],
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=env,
-                start_new_session=True,  # its own process group: stop() ends all of it
-            )
-        logging.info("Infra validation: model server started, pid %d", process.pid)
-        return cls(process, ready_file, log_file)
-
-    def output_tail(self, lines: int = 8, chars: int = 1500) -> str:
-        """The last lines the server wrote, on one line (for a reason)."""
-        try:
-            text = self.log_file.read_text(errors="replace")
-        except OSError:
-            return "(no output)"
-        kept = [line.strip() for line in text.splitlines() if line.strip()][-lines:]
-        tail = " | ".join(kept)
-        return (tail[-chars:] if len(tail) > chars else tail) or "(no output)"
-
-    def wait_ready(self, timeout_seconds: float) -> int:
-        """The port once the server wrote its ready file; raises when it exits or times out."""
-        deadline = self.started + timeout_seconds
-        while True:
-            code = self.process.poll()
-            if code is not None:
-                raise InfraValidationError(
-                    f"the model server exited with code {code} before it was ready: "
-                    f"{self.output_tail()}"
-                )
-            if self.ready_file.exists():
-                try:
-                    return int(json.loads(self.ready_file.read_text())["port"])
-                except (ValueError, KeyError, TypeError) as err:
-                    raise InfraValidationError(
-                        f"the model server's ready file is not {{'port': N, 'pid': PID}}: {err}"
-                    ) from None
-            if time.monotonic() > deadline:
-                raise InfraValidationError(
-                    f"the model server was not ready within {timeout_seconds:g} s: "
-                    f"{self.output_tail()}"
-                )
-            time.sleep(0.05)
-
-    def stop(self) -> None:
-        """SIGTERM to the server's process group, SIGKILL if it has not ended in time."""
-        if self.process.poll() is None:
-            try:
-                os.killpg(self.process.pid, signal.SIGTERM)
-                self.process.wait(timeout=STOP_GRACE_SECONDS)
-            except ProcessLookupError:
-                pass
-            except subprocess.TimeoutExpired:
-                logging.warning("Infra validation: the model server ignored SIGTERM: killed")
-        try:  # whatever the server left in its group goes with it
-            os.killpg(self.process.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-        self.process.wait()
+    io_utils.copy_dir(model_path, version_dir)
 
 
 def read_rows(example_files: Sequence[str], count: int) -> list[bytes]:
@@ -527,7 +457,7 @@ def _json_value(value: Any) -> Any:
 
 
 def send_canaries(
-    port: int, settings: Settings, canaries: Canaries, findings: Findings
+    endpoint: str, settings: Settings, canaries: Canaries, findings: Findings
 ) -> list[float]:
     """Checks the model's status, then sends every canary request; returns the latencies (ms).
 
@@ -536,7 +466,7 @@ def send_canaries(
     import httpx
 
     findings.formats = canaries.formats
-    model_url = f"http://127.0.0.1:{port}/v1/models/{settings.model_name}"
+    model_url = f"{endpoint}/v1/models/{settings.model_name}"
     latencies: list[float] = []
     with httpx.Client(timeout=REQUEST_TIMEOUT_SECONDS) as client:
         check_status(client, model_url)

@@ -56,6 +56,12 @@ TOP_VALUES_CHARTED = 8
 REFERENCE_LABEL = "reference"  # the drift reference's series in a distribution
 
 
+# The infra validator's InfraBlessing properties naming its model server (written by
+# components/infra_validator/blessing.py, a layer above, which tests hold equal to these).
+INFRA_SERVER_PROPERTY = "conveyor_infra_server"
+INFRA_SERVER_DESCRIPTION_PROPERTY = "conveyor_infra_server_description"
+
+
 # --- what the templates draw ---------------------------------------------------------------------
 
 
@@ -108,6 +114,7 @@ class GateDecisions:
     push: Badge
     infra: Badge | None = None
     tflite: Badge | None = None  # None: the pipeline has no TF Lite converter
+    infra_server: str | None = None  # the model server that checked the model, in words
 
 
 @dataclass
@@ -320,7 +327,9 @@ def _gate_decisions(result: RunResult, nodes: dict[str, NodeArtifacts]) -> GateD
             push = Badge(f"pushed version {pushed.get('pushed_version')}", "ok", " ".join(notes))
         else:
             push = Badge("not pushed", "warn", " ".join(notes))
-    return GateDecisions(data, model, push, _infra_badge(nodes), _tflite_badge(nodes))
+    return GateDecisions(
+        data, model, push, _infra_badge(nodes), _tflite_badge(nodes), _infra_server(nodes)
+    )
 
 
 def gate_decisions(result: RunResult, paths: RunPaths) -> GateDecisions:
@@ -342,6 +351,16 @@ def _infra_badge(nodes: dict[str, NodeArtifacts]) -> Badge | None:
     if infra.get("blessed") == 1:
         return Badge("blessed", "ok", " ".join(notes).strip())
     return Badge("not blessed", "bad", " ".join(notes).strip())
+
+
+def _infra_server(nodes: dict[str, NodeArtifacts]) -> str | None:
+    """Which model server the infra validator checked the model with, as its InfraBlessing
+    records it (components/infra_validator/blessing.py: SERVER_DESCRIPTION_PROPERTY, the kind
+    when a blessing has no description); None when none was started."""
+    _, infra = find_output(nodes, "InfraBlessing")
+    if infra is None:
+        return None
+    return infra.get(INFRA_SERVER_DESCRIPTION_PROPERTY) or infra.get(INFRA_SERVER_PROPERTY)
 
 
 def _markup(svg: str | None) -> markupsafe.Markup | None:

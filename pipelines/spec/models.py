@@ -850,6 +850,50 @@ class TfLiteSpec(StrictModel):
         return TFLITE_DEFAULT_TOLERANCE[self.quantization]
 
 
+class InfraServerKind(str, enum.Enum):
+    """Which model server the infra validator serves the candidate with."""
+
+    CONVEYOR = "conveyor"
+    TENSORFLOW_MODEL_SERVER = "tensorflow_model_server"
+    KUBERNETES = "kubernetes"
+
+
+class InfraServerSpec(StrictModel):
+    """The model server that infra validation starts for the candidate (a runner, as TFX's
+    infra validator has: components/infra_validator/runners/)."""
+
+    kind: InfraServerKind = Field(
+        default=InfraServerKind.CONVEYOR,
+        description="`conveyor`: Conveyor's own model server, a child process of the "
+        "validator (no Docker); `tensorflow_model_server`: TF Serving's binary, started with "
+        "its own flags; `kubernetes`: the `push.deploy.image` TF Serving image as a Kubernetes "
+        "Job beside the validator's pod (the Kubeflow target).",
+    )
+    binary_path: str | None = Field(
+        default=None,
+        description="`tensorflow_model_server`: the binary to start (unset: "
+        "`tensorflow_model_server` on PATH).",
+    )
+    namespace: str | None = Field(
+        default=None,
+        pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
+        description="`kubernetes`: the namespace of the Job (unset: the validator pod's own).",
+    )
+
+    @model_validator(mode="after")
+    def _settings_of_its_kind(self) -> InfraServerSpec:
+        if (
+            self.binary_path is not None
+            and self.kind is not InfraServerKind.TENSORFLOW_MODEL_SERVER
+        ):
+            raise ValueError(
+                f"binary_path is for kind tensorflow_model_server, not {self.kind.value}"
+            )
+        if self.namespace is not None and self.kind is not InfraServerKind.KUBERNETES:
+            raise ValueError(f"namespace is for kind kubernetes, not {self.kind.value}")
+        return self
+
+
 class PushSpec(StrictModel):
     """Where a blessed model is published for TF Serving, how it is labelled and served, and how
     many versions stay."""
@@ -908,6 +952,10 @@ class PushSpec(StrictModel):
         le=3600,
         description="Infra validation: how long the candidate's fresh model server may take to "
         "load it and report ready.",
+    )
+    infra_server: InfraServerSpec = Field(
+        default_factory=InfraServerSpec,
+        description="Infra validation: the model server the candidate is served by.",
     )
     serving_urls: list[str] = Field(
         default_factory=list,

@@ -1,8 +1,14 @@
 """Infra validation for real: the candidate served by a fresh `pipelines.serving.model_server`
-process.
+process, through the runner the spec names.
 
 The executor, run directly on SavedModels written here (real processes on 127.0.0.1):
-- a sound model is blessed, and its model server is gone afterwards;
+- a sound model is blessed, and its model server is gone afterwards; the InfraBlessing names
+  Conveyor's server (the default runner);
+- through the `tensorflow_model_server` runner, Conveyor's server started by TF Serving's own
+  flags (a `tensorflow_model_server` program on a path the choice names, which hands its
+  command line to `python -m pipelines.serving.model_server`: swapping in the real binary is
+  that path) blesses the sound model and refuses a broken one, and serves TF Serving's own
+  half_plus_two test model as TF Serving's docs answer;
 - a model whose serving signature answers NaN, one that answers one row for a whole batch, and
   one too slow for its latency budget (an in-graph sleep: a `tf.py_function` could not be served
   by another process at all) are not blessed, each with its named reason;
@@ -13,7 +19,8 @@ The executor, run directly on SavedModels written here (real processes on 127.0.
   a spare that died is passed over (a fresh process serves instead), an unused one discarded.
 Then penguin under the `ci` profile, in one working directory: a run pushes version 1 with an
 InfraBlessing blessed=1 in ML Metadata, served by the spare the run started when its trainer
-node executed; a run with `push.latency_budget_ms=0.001` pushes nothing, version 1 stays byte
+node executed, the blessing and the report naming Conveyor's server; a run with
+`push.latency_budget_ms=0.001` pushes nothing, version 1 stays byte
 for byte, and the reason is in the run's verdict, summary, report and ML Metadata.
 """
 
@@ -29,6 +36,8 @@ import pytest
 
 from components.infra_validator import executor as infra
 from components.infra_validator import spare
+from components.infra_validator.runners.base import ServerChoice
+from components.infra_validator.runners.local import BinaryRunner, ConveyorRunner
 from pipelines.core import metadata
 from pipelines.core.paths import REPORT_FILE, RUN_LOG, RUN_SUMMARY, RunPaths
 from pipelines.ops import nightly
@@ -152,6 +161,7 @@ def _validate(
     budget_ms: float = 250.0,
     requests: int = 4,
     start_timeout: float = 120.0,
+    server: ServerChoice | None = None,
 ):
     """Runs the executor as TFX would and returns the InfraBlessing and its findings."""
     from tfx.types import standard_artifacts
@@ -172,6 +182,7 @@ def _validate(
             infra.LATENCY_BUDGET_KEY: budget_ms,
             infra.CANARY_REQUESTS_KEY: requests,
             infra.START_TIMEOUT_KEY: start_timeout,
+            **({infra.SERVER_KEY: server.to_json()} if server else {}),
         },
     )
     result_file = Path(output.uri) / infra.RESULT_FILE
@@ -200,6 +211,95 @@ def test_a_sound_model_is_blessed_and_its_server_is_gone(tmp_path, models, examp
     assert reason.startswith("served 12 canary requests")
     assert 0 < findings["latency_ms"]["p99"] <= 250
     assert _gone(findings["server_pid"])
+    # Checked by Conveyor's own server, the default runner.
+    assert output.get_string_custom_property("conveyor_infra_server") == "conveyor"
+    assert findings["server"] == "conveyor"
+    assert output.get_string_custom_property("conveyor_infra_server_description").startswith(
+        "Conveyor's model server"
+    )
+
+
+# --- the tensorflow_model_server runner --------------------------------------------------------
+
+
+@pytest.fixture()
+def model_server_binary(tmp_path):
+    """A `tensorflow_model_server` that is Conveyor's server: it records the command line it was
+    given, then runs `python -m pipelines.serving.model_server` with it unchanged."""
+    import sys
+
+    program = tmp_path / "bin" / "tensorflow_model_server"
+    program.parent.mkdir()
+    given = tmp_path / "given_flags"
+    program.write_text(
+        "#!/bin/sh\n"
+        f'printf "%s\\n" "$@" > "{given}"\n'
+        f'exec "{sys.executable}" -m pipelines.serving.model_server "$@"\n'
+    )
+    program.chmod(0o755)
+    return program, given
+
+
+def test_tf_serving_s_flags_start_conveyor_s_server_and_bless_a_sound_model(
+    tmp_path, models, examples_artifact, model_server_binary
+):
+    program, given = model_server_binary
+    choice = ServerChoice(kind="tensorflow_model_server", binary_path=str(program))
+    output, findings = _validate(tmp_path, models["sound"], examples_artifact, server=choice)
+    blessed, reason = _verdict(output)
+    assert blessed == 1, reason
+    assert reason.startswith("served 12 canary requests")
+    # Started with tensorflow_model_server's own flags, nothing else.
+    flags = given.read_text().split()
+    assert [f.split("=")[0] for f in flags] == [
+        "--port",
+        "--rest_api_port",
+        "--model_name",
+        "--model_base_path",
+    ]
+    assert f"--model_name={MODEL_NAME}" in flags
+    assert output.get_string_custom_property("conveyor_infra_server") == "tensorflow_model_server"
+    assert output.get_string_custom_property("conveyor_infra_server_description") == (
+        f"tensorflow_model_server ({program})"
+    )
+    assert findings["server"] == "tensorflow_model_server"
+    assert _gone(findings["server_pid"])
+
+
+def test_through_the_binary_a_broken_model_is_still_refused(
+    tmp_path, models, examples_artifact, model_server_binary
+):
+    program, _ = model_server_binary
+    choice = ServerChoice(kind="tensorflow_model_server", binary_path=str(program))
+    output, findings = _validate(tmp_path, models["nan"], examples_artifact, server=choice)
+    blessed, reason = _verdict(output)
+    assert blessed == 0 and "is not finite" in reason, reason
+    assert output.get_string_custom_property("conveyor_infra_server") == "tensorflow_model_server"
+    assert _gone(findings["server_pid"])
+
+
+def test_the_binary_runner_serves_tf_serving_s_half_plus_two(tmp_path, model_server_binary):
+    import httpx
+
+    from tests.half_plus_two import write_half_plus_two
+
+    program, _ = model_server_binary
+    base_path = tmp_path / "models" / "half_plus_two"
+    write_half_plus_two(base_path / "1")
+    runner = BinaryRunner(str(program), "half_plus_two", base_path, tmp_path)
+    runner.start()
+    try:
+        runner.wait_until_running(120)
+        answer = httpx.post(
+            f"{runner.get_endpoint()}/v1/models/half_plus_two:predict",
+            json={"instances": [1.0, 2.0, 5.0]},
+            timeout=30,
+        )
+    finally:
+        runner.stop()
+    # TF Serving's REST tutorial: y = 0.5 x + 2.
+    assert answer.status_code == 200 and answer.json() == {"predictions": [2.5, 3.0, 4.5]}
+    assert _gone(runner.pid)
 
 
 def test_a_spare_started_early_serves_the_candidate_and_is_gone(
@@ -285,17 +385,40 @@ def test_a_server_not_ready_in_time_is_stopped_and_quoted(tmp_path, models, exam
 def test_a_server_that_exits_at_start_is_quoted(tmp_path, models):
     # An empty model name: the server refuses its command line and exits before it is ready.
     base_path = tmp_path / "models" / "toy"
-    infra.stage_version(str(models["sound"] / "Format-Serving"), base_path / "1")
-    server = infra.ModelServer.start("", base_path, tmp_path)
+    infra.stage_version(str(models["sound"] / "Format-Serving"), str(base_path / "1"))
+    runner = ConveyorRunner("", base_path, tmp_path)
+    runner.start()
     try:
         with pytest.raises(infra.InfraValidationError) as raised:
-            server.wait_ready(60)
+            runner.wait_until_running(60)
     finally:
-        server.stop()
+        runner.stop()
     reason = str(raised.value)
     assert reason.startswith("the model server exited with code 2 before it was ready: ")
     assert "--model-name" in reason  # the tail of its own output says why
-    assert _gone(server.process.pid)
+    assert _gone(runner.pid)
+
+
+def test_a_binary_that_exits_at_start_is_quoted(tmp_path, models):
+    # A binary too old for the flags it is given says so and exits, as gflags does.
+    program = tmp_path / "tensorflow_model_server"
+    program.write_text(
+        "#!/bin/sh\necho \"ERROR: unknown command line flag 'rest_api_port'\"\nexit 1\n"
+    )
+    program.chmod(0o755)
+    base_path = tmp_path / "models" / "toy"
+    infra.stage_version(str(models["sound"] / "Format-Serving"), str(base_path / "1"))
+    runner = BinaryRunner(str(program), "toy", base_path, tmp_path)
+    runner.start()
+    try:
+        with pytest.raises(infra.InfraValidationError) as raised:
+            runner.wait_until_running(60)
+    finally:
+        runner.stop()
+    assert str(raised.value) == (
+        "the model server exited with code 1 before it was ready: "
+        "ERROR: unknown command line flag 'rest_api_port'"
+    )
 
 
 def test_a_model_the_evaluator_did_not_bless_is_not_served(tmp_path, models, examples_artifact):
@@ -325,6 +448,9 @@ def test_a_sound_penguin_model_is_infra_blessed_and_pushed(penguin):
     [blessing] = _infra_blessings(paths, result.run_id)
     assert metadata.custom_property(blessing, "blessed") == 1
     assert metadata.custom_property(blessing, "conveyor_reason").startswith("served 120 canary")
+    assert metadata.custom_property(blessing, "conveyor_infra_server") == "conveyor"
+    report = (Path(result.run_dir) / REPORT_FILE).read_text()
+    assert "infra validation server</td><td>Conveyor&#39;s model server" in report
     assert [n.state for n in result.nodes if n.node_id == "infra_validator"] == ["executed"]
     # The server ran in the spare the run started when its trainer executed (spare.py).
     run_log = (Path(result.run_dir) / RUN_LOG).read_text()
