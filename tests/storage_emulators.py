@@ -130,7 +130,8 @@ def storage_emulators(tmp_path_factory) -> Iterator[StorageEmulators]:
         processes.append(
             _start(
                 "gcp-storage-emulator",
-                [str(bin_dir / "gcp-storage-emulator"), "start", "--host=127.0.0.1",
+                # The emulator with its empty-upload fix (tests/gcs_emulator.py).
+                [sys.executable, "-m", "tests.gcs_emulator", "start", "--host=127.0.0.1",
                  f"--port={gcs_port}", "--in-memory", f"--default-bucket={GCS_BUCKET}"],
                 logs,
             )

@@ -42,6 +42,8 @@ evaluation's values, the blessings and the span. The outcome record exists only 
 from tfx.dsl.component.experimental.annotations import Parameter
 from tfx.dsl.component.experimental.decorators import component
 
+from pipelines.core.object_path import as_path
+
 # How the run ended, in either vocabulary: Vertex AI gives a pipeline task's state (`SUCCEEDED`,
 # `CANCELLED`), open-source KFP's driver the state of the DAG's ML Metadata execution
 # (`COMPLETE`, `CANCELED`; backend/src/v2/driver/resolve.go).
@@ -179,7 +181,6 @@ def final_status_facts(
     """
     import json
     import time
-    from pathlib import Path
 
     from pipelines.core.outcome import Outcome, Reason
     from pipelines.core.paths import RunPaths
@@ -191,7 +192,7 @@ def final_status_facts(
     stop = final_status_stop(status)
     now = time.time() if now is None else now
     created = utc_seconds(job_created_at)
-    paths = RunPaths(Path(workdir or "."), spec)
+    paths = RunPaths(as_path(workdir or "."), spec)
     pushed = newest_push(str(paths.serving_dir)) if workdir else None
     facts = RunFacts(
         compiled_spec(spec),

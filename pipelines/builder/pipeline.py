@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from pipelines.builder.context import BuildContext
+from pipelines.core.object_path import as_path
 from pipelines.core.paths import RunPaths
 from pipelines.spec.components import COMPONENT_TYPES, Orchestrator
 from pipelines.spec.models import PipelineSpec
@@ -83,7 +84,7 @@ def build_pipeline(
 
     if night is not None:
         span = spans.span_of_date(night)
-    paths = RunPaths(workdir=Path(workdir).resolve(), spec=spec)
+    paths = RunPaths(workdir=as_path(workdir).resolve(), spec=spec)
     ctx = build_nodes(spec, paths, target, span)
     return Pipeline(
         pipeline_name=spec.name,

@@ -81,6 +81,11 @@ def workdir_of(args: argparse.Namespace) -> Path:
 
 def load(args: argparse.Namespace, name: str):
     """The spec `name` under the command's `--profile` and `--set`, as a LoadedSpec."""
+    from pipelines.core.paths import RunPaths
     from pipelines.spec import loading
 
-    return loading.load_spec(name, env=args.profile, overrides=args.set, workdir=workdir_of(args))
+    workdir = workdir_of(args)
+    loaded = loading.load_spec(name, env=args.profile, overrides=args.set, workdir=workdir)
+    # Before anything imports TensorFlow, which picks its gs:// filesystem at import.
+    RunPaths(workdir, loaded.spec).configure_storage()
+    return loaded

@@ -11,9 +11,9 @@ import argparse
 import datetime
 import re
 import sys
-from pathlib import Path
 
 from pipelines.cli.options import add_common_options, add_log_format, load, workdir_of
+from pipelines.core.object_path import as_path
 from pipelines.core.outcome import EXIT_FAILED, Outcome, worst_exit_code
 
 
@@ -147,7 +147,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 def _verdict_event(echo, outcome, prefix: str, night: str | None = None) -> None:
     from pipelines.core.events import emit
 
-    run_id = Path(outcome.run_dir).name if outcome.run_dir else None  # none when unchanged
+    run_id = as_path(outcome.run_dir).name if outcome.run_dir else None  # none when unchanged
     emit(echo, "verdict", f"{prefix}: {outcome.message}", verdict=prefix,
          outcome=Outcome(outcome.outcome).value, unchanged=outcome.unchanged, run_id=run_id,
          span=outcome.span, night=night, run_dir=outcome.run_dir or None,

@@ -30,6 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from pipelines.core import storage
+from pipelines.core.object_path import AnyPath, ObjectPath, as_path, under
 from pipelines.core.project import ProjectNotFound, find_project
 
 # Where Conveyor's packages are installed (the parent of pipelines/ and components/): the source
@@ -60,11 +62,30 @@ RUN_LOCK = ".lock"  # and RUN_LOCK + ".owner": who holds it
 DEFAULT_WORKDIR = ".conveyor"
 
 
-def default_workdir(explicit: str | os.PathLike | None = None) -> Path:
+def default_workdir(explicit: str | os.PathLike | None = None) -> AnyPath:
     """The working directory a command uses: `explicit`, else $CONVEYOR_WORKDIR, else
-    ./.conveyor; always absolute."""
+    ./.conveyor; always absolute. A gs:// or s3:// URI makes it a folder in a bucket
+    (docs/storage.md)."""
     chosen = explicit or os.environ.get("CONVEYOR_WORKDIR") or DEFAULT_WORKDIR
-    return Path(chosen).resolve()
+    return as_path(chosen).resolve()
+
+
+# Where the state that cannot live in a bucket is kept when the workdir is one: the SQLite
+# metadata file (SQLite needs a local disk) and the lock file of one run at a time on this
+# machine. A bucket shared by several machines needs the MySQL metadata store instead.
+STATE_DIR_VARIABLE = "CONVEYOR_STATE_DIR"
+
+
+def local_state_dir(workdir: AnyPath) -> Path:
+    """The workdir itself when it is local; for a workdir in a bucket, a local folder named
+    after it: `$CONVEYOR_STATE_DIR/<scheme>/<bucket>/<key>` (default
+    `~/.cache/conveyor/state/...`)."""
+    if not isinstance(workdir, ObjectPath):
+        return Path(workdir)
+    root = os.environ.get(STATE_DIR_VARIABLE) or os.path.join(
+        os.path.expanduser("~"), ".cache", "conveyor", "state"
+    )
+    return Path(root, workdir.scheme, workdir.bucket, *workdir.key.split("/"))
 
 
 def project_file(relative: str | os.PathLike) -> Path:
@@ -133,51 +154,90 @@ def framework_version(folders: Iterable[str] = CODE_PACKAGES) -> str:
 class RunPaths:
     """Absolute locations of one pipeline's inputs and outputs under a working directory."""
 
-    workdir: Path
+    workdir: AnyPath
     spec: PipelineSpec
 
-    @property
-    def input_dir(self) -> Path:
-        """Where the input CSVs (or dated span folders) are: `<workdir>/<data.input_dir>`."""
-        return self.workdir / self.spec.data.input_dir
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "workdir", as_path(self.workdir))
 
     @property
-    def pipeline_root(self) -> Path:
+    def remote(self) -> bool:
+        """Whether the workdir is a folder in a bucket."""
+        return isinstance(self.workdir, ObjectPath)
+
+    @property
+    def uses_object_storage(self) -> bool:
+        """Whether anything this pipeline reads or writes is in a bucket."""
+        folders = (self.workdir, self.input_dir, self.serving_config_dir, self.serving_data_dir)
+        return any(isinstance(folder, ObjectPath) for folder in folders)
+
+    def configure_storage(self) -> None:
+        """Sets, in this process's environment (inherited by every process it starts, Beam's
+        workers included), how TensorFlow, Beam and the stores' clients reach the buckets, as
+        the profile's `runtime.storage` says (`storage.configure`). Nothing is set when every
+        path is local and the profile names no store: a local run stays exactly as it was."""
+        settings = self.spec.runtime.storage
+        if self.uses_object_storage or settings.gcs.endpoint or settings.s3.endpoint:
+            storage.configure(settings)
+
+    @property
+    def input_dir(self) -> AnyPath:
+        """Where the input CSVs (or dated span folders) are: `<workdir>/<data.input_dir>`, or
+        the URI `data.input_dir` names."""
+        return under(self.workdir, self.spec.data.input_dir)
+
+    @property
+    def pipeline_root(self) -> AnyPath:
         """TFX's pipeline root, where every component writes its outputs."""
         return self.workdir / "pipeline_root" / self.spec.name
 
     @property
-    def serving_dir(self) -> Path:
+    def serving_dir(self) -> AnyPath:
         """TF Serving's model base path: versions appear as `<serving_dir>/<n>/`."""
-        return self.workdir / self.spec.push.base_dir / self.spec.push.model_name
+        return self.serving_config_dir / self.spec.push.model_name
 
     @property
-    def serving_config_dir(self) -> Path:
+    def serving_config_dir(self) -> AnyPath:
         """The push base_dir, which holds `serving_dir` and TF Serving's config files beside
-        it: `models.config`, `monitoring.config` and (with `push.batching`) `batching.config`."""
-        return self.workdir / self.spec.push.base_dir
+        it: `models.config`, `monitoring.config` and (with `push.batching`) `batching.config`.
+        Under the workdir, or the URI `push.base_dir` names."""
+        return under(self.workdir, self.spec.push.base_dir)
 
     @property
-    def serving_data_dir(self) -> Path | None:
+    def serving_data_dir(self) -> AnyPath | None:
         """Where the serving logs used for skew are (None: the spec measures no skew)."""
         folder = self.spec.data.serving_data_dir
-        return self.workdir / folder if folder else None
+        return under(self.workdir, folder) if folder else None
+
+    @property
+    def state_dir(self) -> Path:
+        """The local folder of what cannot live in a bucket (`local_state_dir`)."""
+        return local_state_dir(self.workdir)
 
     @property
     def metadata_path(self) -> Path:
-        """The SQLite ML Metadata store (`runtime.metadata.path`); unused with a MySQL store."""
-        return self.workdir / self.spec.runtime.metadata.path
+        """The SQLite ML Metadata store (`runtime.metadata.path`); unused with a MySQL store.
+        Always on a local disk: under the local state folder when the workdir is a bucket."""
+        return self.state_dir / self.spec.runtime.metadata.path
 
     @property
-    def runs_dir(self) -> Path:
+    def runs_dir(self) -> AnyPath:
         """This pipeline's folder of run folders and outcome records, under `runs_root`."""
         return runs_root(self.workdir) / self.spec.name
 
-    def run_dir(self, run_id: str) -> Path:
+    def run_dir(self, run_id: str) -> AnyPath:
         """One run's folder: its resolved spec, run.log, summary and report."""
         return self.runs_dir / run_id
 
-    def outcome_record(self, span: int | None) -> Path:
+    def run_log(self, run_id: str) -> Path:
+        """The run's log as it is written, line by line: in its folder, or, when the workdir is
+        a bucket (an object cannot be appended to), in the local state folder, from where the
+        run's end publishes it into its folder (`pipelines.finish.run_folder`)."""
+        if not self.remote:
+            return Path(self.run_dir(run_id)) / RUN_LOG
+        return runs_root(self.state_dir) / self.spec.name / run_id / RUN_LOG
+
+    def outcome_record(self, span: int | None) -> AnyPath:
         """Where the last final outcome is recorded: per span, or one for unspanned data."""
         if span is None:
             return self.runs_dir / LATEST_OUTCOME
@@ -185,33 +245,34 @@ class RunPaths:
 
     @property
     def cron_log(self) -> Path:
-        """The file the crontab entry appends its runs' output to."""
-        return self.runs_dir / CRON_LOG
+        """The file the crontab entry appends its runs' output to (local: cron appends)."""
+        return runs_root(self.state_dir) / self.spec.name / CRON_LOG
 
     @property
     def lock_file(self) -> Path:
-        """Held by the one run (or backfill) of this pipeline under this workdir at a time."""
-        return self.runs_dir / RUN_LOCK
+        """Held by the one run (or backfill) of this pipeline under this workdir at a time; a
+        local file, under the local state folder when the workdir is a bucket."""
+        return runs_root(self.state_dir) / self.spec.name / RUN_LOCK
 
     def compiled_output(self, target: str) -> Path:
         """The default file `conveyor compile` writes for `target` (kubeflow or airflow)."""
-        folder = self.workdir / "compiled" / target
+        folder = self.state_dir / "compiled" / target
         if target == "kubeflow":
             return folder / f"{self.spec.name}.json"
         return folder / f"{self.spec.name}_dag.py"
 
 
-def runs_root(workdir: Path) -> Path:
+def runs_root(workdir: AnyPath) -> AnyPath:
     """`<workdir>/runs`: one folder per pipeline, one per run inside it."""
-    return Path(workdir) / RUNS_DIR
+    return as_path(workdir) / RUNS_DIR
 
 
-def find_run_dirs(workdir: Path, run_id: str) -> list[Path]:
+def find_run_dirs(workdir: AnyPath, run_id: str) -> list[AnyPath]:
     """Every `<workdir>/runs/<pipeline>/<run_id>` folder (a run id names one pipeline's run)."""
     return sorted(runs_root(workdir).glob(f"*/{run_id}"))
 
 
-def recent_run_dirs(workdir: Path, limit: int = 5) -> list[Path]:
+def recent_run_dirs(workdir: AnyPath, limit: int = 5) -> list[AnyPath]:
     """The newest run folders under `<workdir>/runs/`, newest first."""
     run_dirs = [p for p in runs_root(workdir).glob("*/*") if p.is_dir() and "-" in p.name]
     # Run ids end in a sortable UTC stamp: `<pipeline>-<YYYYmmddTHHMMSS.ffffffZ>`.

@@ -89,39 +89,40 @@ def parse(path: str | os.PathLike, key: str = "path") -> Location:
         bucket, a bucket name the store refuses, `gs:/bucket` with one slash).
     """
     text = os.fspath(path)
+    where = f"{key}: " if key else ""  # "" for a validator, which reports the key itself
     match = _URI.match(text)
     if not match or len(match.group(1)) == 1:  # no scheme, or a drive letter (C:/...)
         return Location("", "", text)
     scheme, slashes, rest = match.group(1), match.group(2), match.group(3)
     if scheme.lower() in SCHEMES and scheme not in SCHEMES:
         raise StorageError(
-            f"{key}: {text!r}: write the scheme in lower case, {scheme.lower()}://, as the "
+            f"{where}{text!r}: write the scheme in lower case, {scheme.lower()}://, as the "
             f"stores' libraries read it ({DOCS})."
         )
     if scheme not in SCHEMES:
         raise StorageError(
-            f"{key}: {text!r} names the scheme {scheme}://, which Conveyor does not read or "
+            f"{where}{text!r} names the scheme {scheme}://, which Conveyor does not read or "
             "write: use a local path, gs://BUCKET/PATH or s3://BUCKET/PATH "
             f"({DOCS})."
         )
     shape = f"{scheme}://BUCKET/PATH"
     if slashes != "//":
         raise StorageError(
-            f"{key}: {text!r} is not a {scheme}:// URI: it needs two slashes after "
+            f"{where}{text!r} is not a {scheme}:// URI: it needs two slashes after "
             f"'{scheme}:', as in {shape} (a path that went through pathlib loses one; "
             f"{DOCS})."
         )
     bucket, _, name = rest.partition("/")
     if not bucket:
-        raise StorageError(f"{key}: {text!r} names no bucket: expected {shape} ({DOCS}).")
+        raise StorageError(f"{where}{text!r} names no bucket: expected {shape} ({DOCS}).")
     if not _BUCKETS[scheme].match(bucket) or ".." in bucket:
         raise StorageError(
-            f"{key}: {text!r}: {bucket!r} is not a valid bucket name; a {scheme}:// bucket "
+            f"{where}{text!r}: {bucket!r} is not a valid bucket name; a {scheme}:// bucket "
             f"name is {_BUCKET_RULES[scheme]} ({DOCS})."
         )
     if "//" in name:
         raise StorageError(
-            f"{key}: {text!r} has an empty folder name ('//') in its path; object stores "
+            f"{where}{text!r} has an empty folder name ('//') in its path; object stores "
             f"would keep it as a separate name ({DOCS})."
         )
     return Location(scheme, bucket, name)
@@ -172,15 +173,19 @@ class Settings(Protocol):
     s3: _S3Settings
 
 
-# tensorflow-io-gcs-filesystem reads these when its filesystem is created, unguarded: unset,
-# the plugin's defaults apply (a 64 MB block, no read cache, a stat cache of 5 s). Conveyor
-# turns both caches off by default: it reads objects right after writing or replacing them, and
-# a stat cached for 5 s would give the old size of a rewritten object. The environment's own
-# values win.
+# tensorflow-io-gcs-filesystem (the gs:// that honours an emulator) reads these when its
+# filesystem is created, unguarded. Its reads crash the process now and then (SIGSEGV or a heap
+# abort: tensorflow/io#2020, also against real GCS), the more often when they bypass its block
+# cache (a cache of size or staleness 0, its defaults, or a read larger than a block). Conveyor
+# turns the cache on, blocks of 64 MB, 128 MB in all, kept up to 10 minutes, which makes the
+# small reads of the storage layer's tests reliable; a whole pipeline still crashes (docs/
+# storage.md). With the stat cache off (age 0) each open compares the object's generation, and a
+# write from this process drops its cached blocks, so a rewritten object is read anew. The
+# environment's own values win.
 GCS_PLUGIN_DEFAULTS = {
     "GCS_READ_CACHE_BLOCK_SIZE_MB": "64",
-    "GCS_READ_CACHE_MAX_SIZE_MB": "0",
-    "GCS_READ_CACHE_MAX_STALENESS": "0",
+    "GCS_READ_CACHE_MAX_SIZE_MB": "128",
+    "GCS_READ_CACHE_MAX_STALENESS": "600",
     "GCS_STAT_CACHE_MAX_AGE": "0",
     "GCS_STAT_CACHE_MAX_ENTRIES": "1024",
 }
@@ -199,10 +204,11 @@ def configure(
     Call it before TensorFlow is imported: TensorFlow picks its gs:// filesystem at import
     (`TF_USE_MODULAR_FILESYSTEM`), and the plugins read the rest when they first connect.
 
-    - gs://: `TF_USE_MODULAR_FILESYSTEM=1`, so TensorFlow's gs:// is tensorflow-io's plugin,
-      the one that honours an emulator; its cache variables (`GCS_PLUGIN_DEFAULTS`, unless the
-      environment has its own); with an endpoint, `CLOUD_STORAGE_EMULATOR_ENDPOINT` (the
-      plugin, which then sends no credentials), `STORAGE_EMULATOR_HOST` (google-cloud-storage,
+    - gs://: nothing for real GCS (TensorFlow's built-in gs:// and google-cloud-storage find
+      it and its credentials themselves). With an endpoint: `TF_USE_MODULAR_FILESYSTEM=1`, so
+      TensorFlow's gs:// is tensorflow-io's plugin, the one that honours an emulator, with its
+      cache variables (`GCS_PLUGIN_DEFAULTS`, unless the environment has its own) and
+      `CLOUD_STORAGE_EMULATOR_ENDPOINT` (the plugin then sends no credentials), `STORAGE_EMULATOR_HOST` (google-cloud-storage,
       under Beam's filesystem and `stat`) and `GOOGLE_APPLICATION_CREDENTIALS` naming a
       placeholder with no secret in it, which spares Beam's search for credentials (about 20 s).
     - s3://: with an endpoint, `S3_ENDPOINT` (tensorflow-io's plugin; its scheme says http or
@@ -215,12 +221,16 @@ def configure(
         emulator endpoint is asked for: that filesystem would ignore it.
     """
     environ = os.environ if environ is None else environ
-    wanted: dict[str, str] = {"TF_USE_MODULAR_FILESYSTEM": "1"}
-    for name, value in GCS_PLUGIN_DEFAULTS.items():
-        wanted[name] = environ.get(name, value)
+    wanted: dict[str, str] = {}
     gcs = getattr(settings, "gcs", None)
     s3 = getattr(settings, "s3", None)
     if gcs is not None and gcs.endpoint:
+        # Only for an endpoint of one's own: TensorFlow's built-in gs:// serves real GCS and
+        # ignores endpoints, while the modular plugin that honours one crashes the process on
+        # reads (tensorflow/io#2020; docs/storage.md).
+        wanted["TF_USE_MODULAR_FILESYSTEM"] = "1"
+        for name, value in GCS_PLUGIN_DEFAULTS.items():
+            wanted[name] = environ.get(name, value)
         wanted["CLOUD_STORAGE_EMULATOR_ENDPOINT"] = gcs.endpoint
         wanted["STORAGE_EMULATOR_HOST"] = gcs.endpoint
         wanted["GOOGLE_APPLICATION_CREDENTIALS"] = _emulator_credentials_file()
@@ -374,6 +384,22 @@ def glob(pattern: str | os.PathLike) -> list[str]:
         raise OSError(errno.EIO, f"{uri}: cannot list: {err}") from None
     # Beam's `*` matches within a segment, as glob's; objects ending in '/' are folder markers.
     return sorted(m.path for m in result.metadata_list if not m.path.endswith("/"))
+
+
+def list_files(folder: str | os.PathLike) -> list[str]:
+    """Every file under `folder`, at any depth, as paths relative to it with '/', sorted ([]
+    when there is no such folder). On a store: one listing of the prefix; folder markers are
+    no files."""
+    uri = _remote(folder)
+    if uri is None:
+        root = os.fspath(folder)
+        found = []
+        for parent, _, files in os.walk(root):
+            for name in files:
+                found.append(os.path.relpath(os.path.join(parent, name), root).replace(os.sep, "/"))
+        return sorted(found)
+    prefix = uri.rstrip("/") + "/"
+    return sorted(path[len(prefix) :] for path in glob(prefix + "**") if path.startswith(prefix))
 
 
 def _beam_filesystem(uri: str) -> Any:
@@ -578,6 +604,16 @@ class ObjectStat:
     mtime_ns: int | None = None  # local files, and a store's last update
 
     @property
+    def st_size(self) -> int:
+        """`size`, under os.stat_result's name, for code written against pathlib."""
+        return self.size
+
+    @property
+    def st_mtime(self) -> float:
+        """The last write in seconds, under os.stat_result's name (0 when unknown)."""
+        return (self.mtime_ns or 0) / 1e9
+
+    @property
     def version(self) -> str:
         """One string that changes whenever the object is written again."""
         if self.generation is not None:
@@ -714,6 +750,7 @@ __all__ = [
     "is_remote",
     "isdir",
     "join",
+    "list_files",
     "listdir",
     "makedirs",
     "open",

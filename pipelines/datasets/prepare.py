@@ -10,6 +10,7 @@ import filecmp
 import importlib.util
 from pathlib import Path
 
+from pipelines.core.object_path import ObjectPath
 from pipelines.spec import expressions
 from pipelines.spec.models import PipelineSpec
 
@@ -72,6 +73,12 @@ def prepare(spec: PipelineSpec, input_dir: Path, target: Path | None = None) -> 
             )
         frame = frame[list(recipe.columns)]
     target = target or input_dir / recipe.filename
+    if isinstance(target, ObjectPath):
+        data = frame.to_csv(index=False).encode()
+        # Same bytes: keep the object and its generation, which the input fingerprint includes.
+        if not (target.is_file() and target.read_bytes() == data):
+            target.write_bytes(data)  # an object appears whole, when its upload completes
+        return target
     target.parent.mkdir(parents=True, exist_ok=True)
     partial = target.with_suffix(".partial")
     frame.to_csv(partial, index=False)

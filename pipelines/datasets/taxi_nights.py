@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from pipelines.core.object_path import as_path
 from pipelines.datasets.taxi import write_rows
 
 CHANGES = ("drift", "shuffled_labels", "missing_column")
@@ -60,7 +61,7 @@ def write_week(
     plan = []
     for index, change in enumerate(WEEK):
         night = first + datetime.timedelta(days=index)
-        write_night(Path(input_dir) / night.isoformat() / filename, rows, index + 1, change)
+        write_night(as_path(input_dir) / night.isoformat() / filename, rows, index + 1, change)
         plan.append((night, change))
     return plan
 

@@ -14,9 +14,9 @@ import os
 import urllib.error
 import urllib.parse
 import urllib.request
-from pathlib import Path
 from typing import Any
 
+from pipelines.core.object_path import as_path
 from pipelines.core.outcome import RunResult
 from pipelines.core.paths import REPORT_FILE
 from pipelines.spec.models import PipelineSpec
@@ -27,7 +27,7 @@ TIMEOUT_SECONDS = 10.0
 def alert_payload(result: Any) -> dict[str, Any]:
     """The JSON body POSTed for a run (a `RunResult`): `reason` is its message in words,
     `reason_code` its `Reason` code, what a receiver should switch on."""
-    report = Path(result.run_dir) / REPORT_FILE if result.run_dir else None
+    report = as_path(result.run_dir) / REPORT_FILE if result.run_dir else None
     return {
         "pipeline": result.pipeline,
         "run_id": result.run_id,

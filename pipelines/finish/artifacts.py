@@ -29,6 +29,7 @@ from pipelines.core.metadata import (
     run_context,
     statistics_file,
 )
+from pipelines.core.object_path import as_path
 from pipelines.core.paths import RunPaths
 
 # --- statistics (StatisticsGen) ------------------------------------------------------------------
@@ -49,7 +50,7 @@ def read_statistics(uri: str, split: str):
 def split_names(artifact: ArtifactRecord) -> list[str]:
     """The splits a statistics artifact holds: as ML Metadata records them, else its folders."""
     return artifact.split_names() or sorted(
-        p.name[len("Split-") :] for p in Path(artifact.uri).glob("Split-*")
+        p.name[len("Split-") :] for p in as_path(artifact.uri).glob("Split-*")
     )
 
 
@@ -106,7 +107,7 @@ def validator_anomaly_rows(nodes: dict[str, NodeArtifacts]) -> list[tuple] | Non
     if artifact is None:
         return None
     rows = []
-    for split_dir in sorted(Path(artifact.uri).glob("Split-*")):
+    for split_dir in sorted(as_path(artifact.uri).glob("Split-*")):
         path = split_dir / "SchemaDiff.pb"
         if not path.is_file():
             continue

@@ -34,7 +34,7 @@ from pipelines.core.metadata import find_output, find_run, open_store, read_run_
 from pipelines.core.outcome import REASON_CODE_PROPERTY, Outcome, Reason, RunResult
 from pipelines.core.paths import RunPaths
 from pipelines.finish import alerts, artifacts, metrics, report
-from pipelines.finish.run_folder import open_run_dir, redact, write_summary
+from pipelines.finish.run_folder import open_run_dir, publish_run_log, redact, write_summary
 from pipelines.spec.loading import LoadedSpec
 from pipelines.spec.models import PipelineSpec
 
@@ -291,6 +291,7 @@ def _write_folder(facts: RunFacts, result: RunResult, echo: Echo) -> None:
             open_run_dir(facts.loaded, facts.paths, folder)
         result.run_dir = str(run_dir)
         write_summary(run_dir, result)
+        publish_run_log(facts.paths, folder)
     except OSError as err:
         result.run_dir = ""
         echo(f"warning: no run folder written: {type(err).__name__}: {err}")

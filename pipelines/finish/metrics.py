@@ -43,6 +43,7 @@ from pipelines.core.metadata import (
     read_run_artifacts,
     successful_pushes,
 )
+from pipelines.core.object_path import as_path
 from pipelines.core.outcome import Outcome, Reason, RunResult
 from pipelines.core.paths import RunPaths
 from pipelines.finish import artifacts
@@ -361,7 +362,7 @@ def textfile_path(spec: PipelineSpec, workdir: Path) -> Path | None:
     folder = spec.runtime.metrics.textfile_dir
     if not folder:
         return None
-    return (Path(workdir) / folder) / f"{spec.name}{TEXTFILE_SUFFIX}"
+    return (as_path(workdir) / folder) / f"{spec.name}{TEXTFILE_SUFFIX}"
 
 
 def pushgateway_url(spec: PipelineSpec) -> str:

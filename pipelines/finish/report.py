@@ -34,6 +34,7 @@ from typing import Any
 import jinja2
 import markupsafe
 
+from pipelines.core import storage
 from pipelines.core.metadata import (
     ArtifactRecord,
     NodeArtifacts,
@@ -41,6 +42,7 @@ from pipelines.core.metadata import (
     open_store,
     read_run_artifacts,
 )
+from pipelines.core.object_path import as_path
 from pipelines.core.outcome import Outcome, Reason, RunResult
 from pipelines.core.paths import REPORT_FILE, RunPaths, find_run_dirs, recent_run_dirs
 from pipelines.finish import artifacts
@@ -734,7 +736,7 @@ def _training(nodes: dict[str, NodeArtifacts], charts: ChartRenderer) -> Trainin
     found = read_training_log(uri) if local else None
     section = Training(
         log_dir=uri,
-        link=Path(uri).absolute().as_uri() if local else "",
+        link=as_path(uri).absolute().as_uri() if local else "",
         command=f"tensorboard --logdir {shlex.quote(uri)}",
         cached=node is not None and node.cached,
     )
@@ -889,10 +891,9 @@ def write_report(
     if nodes is None:
         store = open_store(paths.spec, paths.metadata_path)
         nodes = read_run_artifacts(store, result.run_id) if store is not None else {}
-    target = Path(result.run_dir) / REPORT_FILE
-    partial = target.with_name(REPORT_FILE + ".partial")
-    partial.write_text(render_report(result, paths, nodes), encoding="utf-8")
-    partial.replace(target)
+    target = as_path(result.run_dir) / REPORT_FILE
+    # Whole or not at all: a temporary file renamed over it, or an object replaced whole.
+    storage.write_text(str(target), render_report(result, paths, nodes))
     return target
 
 

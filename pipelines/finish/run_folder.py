@@ -13,13 +13,13 @@ import json
 import logging
 import os
 from dataclasses import asdict
-from pathlib import Path
 
 import yaml
 
 from pipelines.core.metadata import MetadataConfigError, metadata_password
+from pipelines.core.object_path import AnyPath, ObjectPath, copy_file
 from pipelines.core.outcome import RunResult
-from pipelines.core.paths import RESOLVED_SPEC, RUN_SUMMARY, RunPaths
+from pipelines.core.paths import RESOLVED_SPEC, RUN_LOG, RUN_SUMMARY, RunPaths
 from pipelines.spec.loading import LoadedSpec
 from pipelines.spec.models import PipelineSpec
 
@@ -99,15 +99,21 @@ def redact(text: str, spec: PipelineSpec) -> str:
     return Redactor(run_secrets(spec)).redact(text)
 
 
-def private_dir(path: Path) -> Path:
-    """Creates `path` (and its parents) readable by its owner only, whatever the umask."""
+def private_dir(path: AnyPath) -> AnyPath:
+    """Creates `path` (and its parents) readable by its owner only, whatever the umask. In a
+    bucket, who reads is the bucket's access policy's to say; the folder is its marker."""
     path.mkdir(parents=True, exist_ok=True)
-    os.chmod(path, 0o700)
+    if not isinstance(path, ObjectPath):
+        os.chmod(path, 0o700)
     return path
 
 
-def write_private(path: Path, text: str = "") -> Path:
-    """Writes `path` readable and writable by its owner only, whatever the umask."""
+def write_private(path: AnyPath, text: str = "") -> AnyPath:
+    """Writes `path` readable and writable by its owner only, whatever the umask (in a bucket:
+    the whole object at once, under the bucket's access policy)."""
+    if isinstance(path, ObjectPath):
+        path.write_text(text)
+        return path
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     os.fchmod(fd, 0o600)  # os.open's mode passes through the umask; an existing file keeps its own
     with os.fdopen(fd, "w") as out:
@@ -115,7 +121,7 @@ def write_private(path: Path, text: str = "") -> Path:
     return path
 
 
-def open_run_dir(loaded: LoadedSpec, paths: RunPaths, run_id: str) -> Path:
+def open_run_dir(loaded: LoadedSpec, paths: RunPaths, run_id: str) -> AnyPath:
     """Creates the run's folder (owner-only: its log and summary are the run's own) with the
     resolved spec in it."""
     spec = loaded.spec
@@ -128,7 +134,16 @@ def open_run_dir(loaded: LoadedSpec, paths: RunPaths, run_id: str) -> Path:
     return run_dir
 
 
-def write_summary(run_dir: Path, result: RunResult) -> Path:
+def publish_run_log(paths: RunPaths, run_id: str) -> None:
+    """Copies the run's log into its folder in the bucket, when the workdir is one. The log is
+    written as the run goes to a local file (`RunPaths.run_log`: an object cannot be appended
+    to), and the run's end publishes it whole, beside the summary."""
+    local_log, run_dir = paths.run_log(run_id), paths.run_dir(run_id)
+    if isinstance(run_dir, ObjectPath) and local_log.is_file():
+        copy_file(local_log, run_dir / RUN_LOG)
+
+
+def write_summary(run_dir: AnyPath, result: RunResult) -> AnyPath:
     """Writes the run's `summary.json` (owner-only, like the rest of its folder)."""
     private_dir(run_dir)
     return write_private(run_dir / RUN_SUMMARY, json.dumps(asdict(result), indent=2))

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pipelines.core.artifact_files import TRAINING_SUMMARY_FILE
+from pipelines.core.object_path import as_path
 
 TRAIN_LOSS = ("train", "batch_loss")
 VALIDATION_LOSS = ("validation", "evaluation_loss_vs_iterations")
@@ -65,7 +66,7 @@ class TrainingLog:
 def read_training_log(log_dir: str | Path) -> TrainingLog:
     """Reads the scalars, traces and training summary under `log_dir`; a folder without event
     files reads as empty, and a damaged event file is read up to its damage."""
-    root = Path(log_dir)
+    root = as_path(log_dir)
     found = TrainingLog(log_dir=root, traces=sorted(root.glob(TRACE_PATTERN)))
     summary = root / TRAINING_SUMMARY_FILE
     if summary.is_file():

@@ -39,6 +39,8 @@ from typing import Any
 from pipelines.builder.context import user_code
 from pipelines.builder.nodes.schema_gen import previous_schema
 from pipelines.builder.spans import available_spans, span_files
+from pipelines.core import storage
+from pipelines.core.object_path import AnyPath, ObjectPath
 from pipelines.core.outcome import Outcome
 from pipelines.core.paths import FRAMEWORK_LOCK, RunPaths, framework_version
 from pipelines.core.project import find_project
@@ -106,8 +108,30 @@ def serving_files(paths: RunPaths) -> list[Path]:
     return sorted(p for p in folder.glob("*.csv") if p.is_file())
 
 
-def _described(files: list[Path], base: Path) -> list[list[Any]]:
-    return [[str(p.relative_to(base)), p.stat().st_size, file_digest(p)] for p in files]
+def _described(files: list[AnyPath], base: AnyPath) -> list[list[Any]]:
+    """[path relative to `base`, size, what identifies the content] per file: its SHA-256 for
+    a local file; for an object, what the store says of it, without a download
+    (`object_identity`)."""
+    described = []
+    for path in files:
+        if isinstance(path, ObjectPath):
+            facts = path.stat()
+            described.append([str(path.relative_to(base)), facts.size, object_identity(facts)])
+        else:
+            described.append([str(path.relative_to(base)), path.stat().st_size, file_digest(path)])
+    return described
+
+
+def object_identity(facts: storage.ObjectStat) -> str:
+    """What identifies an object's content, from its metadata alone: GCS's CRC32C and MD5
+    checksums of the bytes with the generation (a new number on every write, so a rewrite with
+    the same bytes re-runs once, as a touched local file does not; taking too much only costs
+    a re-run), S3's ETag (the MD5 of a single-part upload, another value for a multipart one)
+    with the version id when versioning is on. Reading every byte of a night's input over the
+    network to hash it would cost more than the run it saves."""
+    if facts.crc32c or facts.md5:
+        return f"crc32c:{facts.crc32c} md5:{facts.md5} {facts.version}"
+    return facts.version
 
 
 def lock_file() -> Path:
@@ -184,9 +208,8 @@ def record_outcome(
         "served_versions": served_versions(paths),
         "metadata": str(paths.metadata_path),
     }
-    partial = target.with_name(target.name + ".partial")
-    partial.write_text(json.dumps(record, indent=2))
-    partial.replace(target)
+    # Whole or not at all: a temporary file renamed over it, or an object replaced whole.
+    storage.write_text(str(target), json.dumps(record, indent=2))
 
 
 def _serving_lost(record: dict, now: list[str]) -> bool:

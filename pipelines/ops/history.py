@@ -23,8 +23,10 @@ from pathlib import Path
 import markupsafe
 
 from pipelines.builder import spans
+from pipelines.core import storage
 from pipelines.core.artifact_files import DATA_GATE_TYPE, GATE_FINDINGS_FILE
 from pipelines.core.metadata import RunHistory, open_store, run_history
+from pipelines.core.object_path import as_path
 from pipelines.core.outcome import Outcome
 from pipelines.core.paths import REPORT_FILE, RUN_SUMMARY, RunPaths
 from pipelines.finish.artifacts import keras_metric_name
@@ -118,7 +120,7 @@ class _RowCounter:
         if not uri:
             return None
         if uri not in self._known:
-            self._known[uri] = self._count(Path(uri))
+            self._known[uri] = self._count(as_path(uri))
         return self._known[uri]
 
     @staticmethod
@@ -146,7 +148,7 @@ def _gather(paths: RunPaths, records: list[RunHistory]) -> list[_Run]:
         summary = _read_json(paths.run_dir(record.run_id) / RUN_SUMMARY) or {}
         findings = None
         if record.gate_findings_uri:
-            findings = _read_json(Path(record.gate_findings_uri) / GATE_FINDINGS_FILE)
+            findings = _read_json(as_path(record.gate_findings_uri) / GATE_FINDINGS_FILE)
         findings = findings or summary.get("data_gate") or None
         seconds = summary.get("pipeline_seconds")
         if seconds is None and record.nodes:
@@ -288,7 +290,6 @@ def write_history(paths: RunPaths, nights: int = DEFAULT_NIGHTS) -> Path:
     """Writes `<workdir>/runs/<pipeline>/history.html` (atomically) and returns its path."""
     paths.runs_dir.mkdir(parents=True, exist_ok=True)
     target = paths.runs_dir / HISTORY_FILE
-    partial = target.with_name(HISTORY_FILE + ".partial")
-    partial.write_text(render_history(paths, nights), encoding="utf-8")
-    partial.replace(target)
+    # Whole or not at all: a temporary file renamed over it, or an object replaced whole.
+    storage.write_text(str(target), render_history(paths, nights))
     return target

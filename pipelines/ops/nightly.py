@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING
 from filelock import FileLock, Timeout
 
 from pipelines.builder import spans
+from pipelines.core.object_path import as_path
 from pipelines.core.outcome import EXIT_BUSY, Outcome, PipelineBusy, Reason, RunResult
 from pipelines.core.paths import CRON_LOG, RunPaths, runs_root
 from pipelines.core.project import find_project
@@ -368,7 +369,7 @@ def backfill(
         raise spans.SpanError(
             f"{spec.name}: backfill needs dated spans ({{YYYY}}{{MM}}{{DD}} in data.span_pattern)"
         )
-    paths = RunPaths(workdir=Path(workdir).resolve(), spec=spec)
+    paths = RunPaths(workdir=as_path(workdir).resolve(), spec=spec)
     nights = nights_between(start, end)
     what = f"{spec.name}'s backfill of {start.isoformat()} to {end.isoformat()}"
     with pipeline_lock(paths, what, echo):

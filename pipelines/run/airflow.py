@@ -35,6 +35,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pipelines.core.object_path import as_path
 from pipelines.core.outcome import Outcome, RunResult
 from pipelines.core.project import find_project
 from pipelines.spec.loading import LoadedSpec
@@ -130,7 +131,7 @@ def airflow_dag(
     from pipelines.core.paths import RunPaths
 
     spec = PipelineSpec.model_validate(resolved_spec)
-    paths = RunPaths(workdir=Path(workdir).resolve(), spec=spec)
+    paths = RunPaths(workdir=as_path(workdir).resolve(), spec=spec)
     pipeline = build_pipeline(
         spec,
         paths.workdir,
@@ -214,7 +215,7 @@ def write_dag_file(
         name=spec.name,
         command=command,
         project=str(find_project().root),
-        workdir=str(Path(workdir).resolve()),
+        workdir=str(as_path(workdir).resolve()),
         spec=pprint.pformat(spec.to_yaml_dict(), width=96, sort_dicts=False),
     )
     compile(source, str(output), "exec")  # a DAG file that is not Python fails here, not in Airflow
@@ -237,7 +238,7 @@ def prepare_airflow_run(resolved_spec: dict[str, Any], workdir: str, **_context:
     from pipelines.core.paths import RunPaths
 
     spec = PipelineSpec.model_validate(resolved_spec)
-    done = serving_state.reconcile(RunPaths(workdir=Path(workdir).resolve(), spec=spec), print)
+    done = serving_state.reconcile(RunPaths(workdir=as_path(workdir).resolve(), spec=spec), print)
     return done.describe() if (done.changed or done.unknown_kept) else "serving: in step"
 
 
@@ -345,7 +346,7 @@ def finish_dag_run(
     if spec.data.dated_spans and ds:
         span = spans.span_of_date(datetime.date.fromisoformat(ds))
         night = spans.date_of_span(span).isoformat()
-    paths = RunPaths(workdir=Path(workdir).resolve(), spec=spec)
+    paths = RunPaths(workdir=as_path(workdir).resolve(), spec=spec)
     facts = RunFacts(
         compiled_spec(spec),
         paths,

@@ -35,6 +35,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from pipelines.core.object_path import as_path
 from pipelines.spec.loading import LoadedSpec
 from pipelines.spec.models import Orchestrator, PipelineSpec, ResourcesSpec
 
@@ -241,7 +242,7 @@ def compile_pipeline(loaded: LoadedSpec, workdir: str, output: Path) -> list[Pat
     from pipelines.builder.pipeline import build_pipeline
 
     spec = loaded.spec
-    pipeline = build_pipeline(spec, Path(workdir), target=Orchestrator.KUBEFLOW)
+    pipeline = build_pipeline(spec, as_path(workdir), target=Orchestrator.KUBEFLOW)
     _, artifact_classes = attach_resources(pipeline, spec)
     runner = kfp_runner.KubeflowV2DagRunner(
         config=kfp_runner.KubeflowV2DagRunnerConfig(
@@ -258,7 +259,9 @@ def compile_pipeline(loaded: LoadedSpec, workdir: str, output: Path) -> list[Pat
     _fill_missing_resources(job, spec)
     runtime_config = job.setdefault("runtimeConfig", {})
     runtime_config["gcsOutputDirectory"] = _gcs_uri(
-        runtime_config.get("gcsOutputDirectory", str(Path(workdir) / "pipeline_root" / spec.name))
+        runtime_config.get(
+            "gcsOutputDirectory", str(as_path(workdir) / "pipeline_root" / spec.name)
+        )
     )
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(json.dumps(job, indent=2, sort_keys=True) + "\n")

@@ -26,7 +26,6 @@ from pathlib import Path
 from pipelines.builder import spans
 from pipelines.core.events import emit
 from pipelines.core.metadata import connection_config
-from pipelines.core.paths import RUN_LOG
 from pipelines.finish.contract import RunFacts, stop_of
 from pipelines.finish.run_folder import Redactor, open_run_dir, run_secrets, write_private
 from pipelines.run.plan import Run
@@ -86,6 +85,7 @@ def _captured_logs(progress: logging.Handler, log_file: Path, secrets: tuple[str
 
     absl_logger = logging.getLogger("absl")
     saved = absl_logging.get_verbosity(), absl_logger.propagate
+    log_file.parent.mkdir(parents=True, exist_ok=True)
     to_file = logging.FileHandler(write_private(log_file))  # appends to the private file
     to_file.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
     to_stderr = logging.StreamHandler()
@@ -214,7 +214,7 @@ def execute(
     loaded, paths, span = planned.loaded, planned.paths, planned.span
     spec = loaded.spec
     run_id = run_id or new_run_id(spec.name)
-    run_dir = open_run_dir(loaded, paths, run_id)
+    open_run_dir(loaded, paths, run_id)
     emit(
         echo,
         "run_started",
@@ -252,7 +252,7 @@ def execute(
     failure: Exception | None = None
     started = time.perf_counter()
     with (
-        _captured_logs(progress, run_dir / RUN_LOG, secrets),
+        _captured_logs(progress, paths.run_log(run_id), secrets),
         _no_tfx_package_for_direct_runner(spec.runtime.beam_runner),
     ):
         try:

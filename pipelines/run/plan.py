@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pipelines.builder import spans
+from pipelines.core.object_path import as_path
 from pipelines.core.paths import RunPaths
 from pipelines.spec.loading import LoadedSpec, SpecError
 from pipelines.spec.models import DataFormat, PipelineSpec
@@ -47,7 +48,7 @@ class Run:
                 "kubeflow`. To run locally, export the query's rows to Parquet and set "
                 "data.format: parquet (docs/inputs.md)."
             )
-        paths = RunPaths(workdir=Path(workdir).resolve(), spec=loaded.spec)
+        paths = RunPaths(workdir=as_path(workdir).resolve(), spec=loaded.spec)
         return cls(loaded, paths, spans.resolve_span(loaded.spec, paths.input_dir, night, span))
 
     @property

@@ -22,7 +22,9 @@ server loads). This module imports no TensorFlow.
 from __future__ import annotations
 
 import functools
+import hashlib
 import os
+import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,6 +33,7 @@ from typing import TYPE_CHECKING
 from google.protobuf import text_format
 from tensorflow_serving.config import model_server_config_pb2
 
+from pipelines.core.object_path import AnyPath, ObjectPath, as_path
 from pipelines.serving_state.durable_files import fsync_dir, write_atomically
 
 if TYPE_CHECKING:  # only for annotations: this module needs no spec model at run time
@@ -190,7 +193,7 @@ def _is_relative_path(uri: str) -> bool:
 def read_models_config(path: str | os.PathLike) -> model_server_config_pb2.ModelServerConfig:
     """Parses the models.config at `path`; `ServingConfigError` names the file and the
     problem when it cannot be read, does not parse, or TF Serving would refuse it."""
-    path = Path(path)
+    path = as_path(path)
     config = model_server_config_pb2.ModelServerConfig()
     _parse_text(path, config)
     problems = config_problems(config)
@@ -333,14 +336,14 @@ def batching_parameters(batching: BatchingSpec) -> Message:
 
 def read_monitoring_config(path: str | os.PathLike) -> Message:
     """Parses a monitoring.config; `ServingConfigError` names the file when it does not."""
-    return _parse_text(Path(path), _serving_messages()["MonitoringConfig"]())
+    return _parse_text(as_path(path), _serving_messages()["MonitoringConfig"]())
 
 
 def read_batching_config(path: str | os.PathLike) -> Message:
     """Parses a batching.config; `ServingConfigError` names the file when it does not, or when
     the server would refuse it (TF Serving requires `num_batch_threads` >= 1 and
     `allowed_batch_sizes`, if any, increasing and ending at `max_batch_size`)."""
-    path = Path(path)
+    path = as_path(path)
     parameters = _parse_text(path, _serving_messages()["BatchingParameters"]())
     problems = []
     if parameters.HasField("num_batch_threads") and parameters.num_batch_threads.value < 1:
@@ -381,7 +384,7 @@ def serving_config_texts(models: Sequence[ServedModel], push_spec: PushSpec) -> 
 
 def models_config_path(config_dir: str | os.PathLike) -> Path:
     """Where the models.config of a config folder is (what a model server is pointed at)."""
-    return Path(config_dir) / MODELS_CONFIG
+    return as_path(config_dir) / MODELS_CONFIG
 
 
 def current_entry(config_dir: str | os.PathLike, model_name: str) -> ServedModel | None:
@@ -407,9 +410,9 @@ def update_entry(
     returns the entry unchanged or None. The room's one writer of models.config."""
     from filelock import FileLock
 
-    config_dir = Path(config_dir)
+    config_dir = as_path(config_dir)
     config_dir.mkdir(parents=True, exist_ok=True)
-    with FileLock(config_dir / f".{MODELS_CONFIG}.lock", mode=0o600):
+    with FileLock(_config_lock(config_dir), mode=0o600):
         path = config_dir / MODELS_CONFIG
         models = served_models(path) if path.exists() else []
         before = next((m for m in models if m.name == push.model_name), None)
@@ -424,6 +427,18 @@ def update_entry(
         return before, after
 
 
+def _config_lock(config_dir: AnyPath) -> Path:
+    """The lock file of a config folder: in it on a local disk; for a folder in a bucket (no
+    file locks there), a local file named after its URI, which orders the writers on this
+    machine (runs on several machines are ordered by the run lock, docs/storage.md)."""
+    if not isinstance(config_dir, ObjectPath):
+        return config_dir / f".{MODELS_CONFIG}.lock"
+    name = hashlib.sha256(str(config_dir).encode()).hexdigest()[:32]
+    folder = Path(tempfile.gettempdir(), "conveyor-locks")
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder / f"{name}.{MODELS_CONFIG}.lock"
+
+
 def write_serving_configs(
     config_dir: str | os.PathLike, models: Sequence[ServedModel], push_spec: PushSpec
 ) -> list[Path]:
@@ -432,7 +447,7 @@ def write_serving_configs(
     batching was on is removed, so the directory always says what the spec says.
 
     Nothing is written when models.config would be refused (`ServingConfigError`)."""
-    config_dir = Path(config_dir)
+    config_dir = as_path(config_dir)
     texts = serving_config_texts(models, push_spec)
     config_dir.mkdir(parents=True, exist_ok=True)
     written = []

@@ -12,9 +12,15 @@ import os
 import tempfile
 from pathlib import Path
 
+from pipelines.core import storage
+from pipelines.core.object_path import AnyPath, ObjectPath, as_path
 
-def fsync_dir(folder: str | os.PathLike) -> None:
-    """Flushes a folder's entries (a rename or a removal in it) to disk."""
+
+def fsync_dir(folder: str | os.PathLike | ObjectPath) -> None:
+    """Flushes a folder's entries (a rename or a removal in it) to disk (nothing to flush in a
+    bucket: a store's write is durable when it returns)."""
+    if isinstance(folder, ObjectPath) or storage.is_remote(os.fspath(folder)):
+        return
     fd = os.open(folder, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -35,11 +41,15 @@ def fsync_tree(root: str) -> None:
         fsync_dir(folder)
 
 
-def write_atomically(path: str | os.PathLike, text: str) -> Path:
+def write_atomically(path: str | os.PathLike | ObjectPath, text: str) -> AnyPath:
     """Writes `text` to `path` so a reader sees the old file or the new one, never a part: a
     temporary file in the same directory, fsynced, renamed over `path`, then the directory
-    fsynced so the rename survives a crash."""
-    path = Path(path)
+    fsynced so the rename survives a crash. In a bucket an object is replaced whole when its
+    upload completes, which gives the same."""
+    path = as_path(path)
+    if isinstance(path, ObjectPath):
+        path.write_text(text)
+        return path
     descriptor, temporary = tempfile.mkstemp(
         dir=path.parent, prefix=f".{path.name}.", suffix=".tmp"
     )

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from pipelines.core.object_path import as_path
 from pipelines.serving_state.config_files import ServedModel
 from pipelines.serving_state.durable_files import fsync_dir, write_atomically
 
@@ -117,7 +118,7 @@ def unlabelled_versions(entry: ServedModel | None) -> list[int]:
 
 def hold_file(config_dir: Path, model_name: str) -> Path:
     """Where the hold of `model_name` is kept: a hidden file beside models.config."""
-    return Path(config_dir) / f".conveyor-hold-{model_name}.json"
+    return as_path(config_dir) / f".conveyor-hold-{model_name}.json"
 
 
 def read_hold(config_dir: Path, model_name: str) -> Hold | None:

@@ -4,10 +4,10 @@ models.config, the hold and ML Metadata say about it, read in one place.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from pipelines.core import storage
 from pipelines.core.paths import RunPaths
 from pipelines.serving_state import versions
 from pipelines.serving_state.config_files import (
@@ -93,7 +93,7 @@ def version_rows(paths: RunPaths, entry: ServedModel | None) -> list[VersionRow]
     pushes = pushes_by_version(store, paths.spec.name) if store is not None else {}
     rows = []
     for version, folder, note in sorted(folders, key=lambda f: (-f[0], f[1])):
-        record = versions.read_push_record(os.path.join(base, folder))
+        record = versions.read_push_record(storage.join(base, folder))
         push = pushes.get(version) if not note or note == "rolled back" else None
         row = VersionRow(
             version=version,

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pipelines.core.failpoints import failpoint
+from pipelines.core.object_path import as_path
 from pipelines.serving_state import versions
 from pipelines.serving_state.config_files import current_entry
 from pipelines.serving_state.labels import labels_after_push, read_hold, served_model
@@ -71,7 +72,7 @@ def label_pushed_version(
 
     if isinstance(push, Mapping):
         push = PushSpec.model_validate(dict(push))
-    config_dir = Path(config_dir)
+    config_dir = as_path(config_dir)
     hold = read_hold(config_dir, push.model_name)
     if push.after_rollback is not AfterRollback.CANARY:
         hold = None

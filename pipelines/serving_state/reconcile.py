@@ -30,6 +30,7 @@ import json
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 
+from pipelines.core.object_path import ObjectPath
 from pipelines.core.paths import RunPaths
 from pipelines.serving_state import versions
 from pipelines.serving_state.config_files import ServedModel, current_entry, update_entry
@@ -203,5 +204,10 @@ def _log(paths: RunPaths, action: str, details: dict) -> None:
         "serving_dir": str(paths.serving_dir),
         **details,
     }
-    with open(paths.runs_dir / RECONCILE_LOG, "a") as handle:
-        handle.write(json.dumps(entry, sort_keys=True) + "\n")
+    line = json.dumps(entry, sort_keys=True) + "\n"
+    log = paths.runs_dir / RECONCILE_LOG
+    if isinstance(log, ObjectPath):  # an object cannot be appended to: rewritten whole
+        log.write_text((log.read_text() if log.exists() else "") + line)
+        return
+    with open(log, "a") as handle:
+        handle.write(line)

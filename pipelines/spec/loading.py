@@ -24,6 +24,7 @@ import yaml
 from pydantic import ValidationError
 
 from pipelines.core import storage
+from pipelines.core.object_path import ObjectPath, as_path, under
 from pipelines.core.paths import FRAMEWORK_PROFILES_DIR, framework_relative, relative_to_project
 from pipelines.core.project import Project, ProjectNotFound, find_project
 from pipelines.spec.models import CSV_ONLY_KEYS, DataFormat, PipelineSpec, SchemaSource
@@ -445,7 +446,7 @@ def input_columns(spec: PipelineSpec, input_dir: Path) -> tuple[str, list[str]] 
         return csv_columns(input_dir)
     if spec.data.format is not DataFormat.PARQUET or spec.data.span_pattern:
         return None
-    files = sorted(p for p in Path(input_dir).glob("*") if p.is_file())
+    files = sorted(p for p in as_path(input_dir).glob("*") if p.is_file())
     if not files:
         return None
     import pyarrow.parquet as pq  # only for a Parquet spec whose data is there
@@ -462,7 +463,7 @@ def has_input_files(spec: PipelineSpec, input_dir: Path) -> bool:
     every one)."""
     if spec.data.format is DataFormat.CSV:
         return bool(storage.glob(storage.join(str(input_dir), "*.csv")))
-    return any(p.is_file() for p in Path(input_dir).glob("*"))
+    return any(p.is_file() for p in as_path(input_dir).glob("*"))
 
 
 def check_columns(spec: PipelineSpec, provenance: Provenance, workdir: Path | None = None) -> None:
@@ -479,7 +480,11 @@ def check_columns(spec: PipelineSpec, provenance: Provenance, workdir: Path | No
             )
         columns, origin = schema_columns(schema_path), relative_to_project(schema_path)
     else:
-        found = input_columns(spec, Path(workdir) / spec.data.input_dir) if workdir else None
+        input_dir = under(as_path(workdir), spec.data.input_dir) if workdir else None
+        # Input in a bucket is not read here: `validate` answers without reaching a store (or
+        # importing TensorFlow); the run reads its header, and the data gate checks it.
+        local = input_dir is not None and not isinstance(input_dir, ObjectPath)
+        found = input_columns(spec, input_dir) if local else None
         if found is None:
             return  # Nothing to check against until the data exists; the data gate checks later.
         origin, columns = found

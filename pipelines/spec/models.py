@@ -25,6 +25,7 @@ from pydantic import (
     model_validator,
 )
 
+from pipelines.core import storage
 from pipelines.spec import expressions
 from pipelines.spec.components import KNOWN_TYPES, Orchestrator, check_wiring
 
@@ -40,21 +41,32 @@ def _without_parent(value: str) -> str:
 
 
 def _relative(value: str, base: str) -> str:
-    uri = re.match(r"^([A-Za-z][A-Za-z0-9+.-]*)://", value)
+    uri = re.match(r"^([A-Za-z][A-Za-z0-9+.-]*):/", value)
     if uri:
         # Without this the URI would be read as a relative path: `<workdir>/gs:/bucket/...`.
         raise ValueError(
-            f"a URI ({uri.group(1)}://), not a path relative to the {base}. "
-            "Conveyor finds spans, sizes the input for `data.reader: auto` and fingerprints "
-            "the input files on this machine's filesystem, so input on gs://, s3:// or "
-            "hdfs:// cannot be named in a spec yet (the Arrow CSV reader itself reads any "
-            "filesystem Beam knows); copy the files under the workdir, or mount the bucket "
-            "there (gcsfuse, s3fs) and name the mounted folder (docs/inputs.md)"
+            f"a URI ({uri.group(1)}://), not a path relative to the {base}: this key names a "
+            f"path inside the {base} (docs/storage.md)"
         )
     if value.startswith(("/", "\\")) or re.match(r"^[A-Za-z]:", value):
         raise ValueError(
             f"must be relative to the {base}, not absolute: the spec's files stay in it"
         )
+    return _without_parent(value)
+
+
+def _relative_or_uri(value: str, base: str) -> str:
+    """A path relative to `base`, or a gs:// or s3:// URI, checked as the stores accept it."""
+    if re.match(r"^[A-Za-z][A-Za-z0-9+.-]+:", value):
+        storage.check(value, key="")  # StorageError is a ValueError: pydantic names the key
+        return value
+    return _relative(value, base)
+
+
+def _without_parent_or_uri(value: str) -> str:
+    if re.match(r"^[A-Za-z][A-Za-z0-9+.-]+:", value):
+        storage.check(value, key="")
+        return value
     return _without_parent(value)
 
 
@@ -70,6 +82,10 @@ def _safe_expression(value: str) -> str:
 WorkdirPath = Annotated[str, AfterValidator(lambda value: _relative(value, "workdir"))]
 ProjectPath = Annotated[str, AfterValidator(lambda value: _relative(value, "project root"))]
 NoParentPath = Annotated[str, AfterValidator(_without_parent)]
+# Input and serving may live in a bucket of their own (docs/storage.md): a relative path is
+# under the workdir (itself a bucket folder when `--workdir` is a URI), a URI stands alone.
+WorkdirPathOrUri = Annotated[str, AfterValidator(lambda value: _relative_or_uri(value, "workdir"))]
+NoParentPathOrUri = Annotated[str, AfterValidator(_without_parent_or_uri)]
 Expression = Annotated[str, AfterValidator(_safe_expression)]
 
 
@@ -135,8 +151,9 @@ class DataSpec(StrictModel):
     """Where the input is (CSV, TFRecord or Parquet files, or a query), how it is split and
     spanned, and the data gate's limits."""
 
-    input_dir: WorkdirPath = Field(
-        description="Directory of the input files, relative to the workdir."
+    input_dir: WorkdirPathOrUri = Field(
+        description="Directory of the input files, relative to the workdir, or a gs:// or "
+        "s3:// URI (docs/storage.md)."
     )
     format: DataFormat = Field(
         default=DataFormat.CSV,
@@ -194,7 +211,7 @@ class DataSpec(StrictModel):
         default_factory=dict,
         description="Column -> largest training/serving distance, against serving_data_dir.",
     )
-    serving_data_dir: WorkdirPath | None = Field(
+    serving_data_dir: WorkdirPathOrUri | None = Field(
         default=None,
         description="CSV files of requests logged by serving (no label), relative to workdir; "
         "needed by `skew`.",
@@ -898,8 +915,9 @@ class PushSpec(StrictModel):
     """Where a blessed model is published for TF Serving, how it is labelled and served, and how
     many versions stay."""
 
-    base_dir: NoParentPath = Field(
-        description="TF Serving model base path; relative paths are under workdir."
+    base_dir: NoParentPathOrUri = Field(
+        description="TF Serving model base path; relative paths are under workdir; a gs:// or "
+        "s3:// URI serves from a bucket (docs/storage.md)."
     )
     model_name: Identifier = Field(
         description="Name the model is served under: versions are base_dir/model_name/1, 2, ..."

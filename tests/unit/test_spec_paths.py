@@ -33,15 +33,42 @@ def test_a_path_that_leaves_its_folder_is_refused_naming_the_key(key, value, why
     assert str(raised.value) == f"--set {override}: {key}: {why} (got {value!r})."
 
 
-@pytest.mark.parametrize("value", ["gs://bucket/taxi", "s3://bucket/taxi/", "hdfs://nn/taxi"])
-def test_input_on_a_remote_filesystem_is_refused_naming_the_key_and_why(value):
+URI_KEYS = ["data.input_dir", "data.serving_data_dir", "push.base_dir"]
+
+
+@pytest.mark.parametrize("key", URI_KEYS)
+@pytest.mark.parametrize("value", ["gs://team-bucket/taxi", "s3://team.bucket/taxi/"])
+def test_a_bucket_is_accepted_where_input_or_serving_may_live(key, value):
+    spec = load_spec("taxi", overrides=[f"{key}={value}"]).spec
+    section, name = key.split(".")
+    assert getattr(getattr(spec, section), name) == value
+
+
+@pytest.mark.parametrize("key", URI_KEYS)
+@pytest.mark.parametrize(
+    ("value", "words"),
+    [
+        ("hdfs://nn/taxi", "names the scheme hdfs://, which Conveyor does not read or write"),
+        ("gs:/bucket/taxi", "needs two slashes after 'gs:'"),
+        ("s3://Bucket_Upper/taxi", "is not a valid bucket name"),
+        ("GS://bucket/taxi", "write the scheme in lower case"),
+        ("gs:///taxi", "names no bucket"),
+    ],
+)
+def test_a_malformed_uri_or_another_scheme_is_refused_naming_the_key(key, value, words):
     # Read as a path it would be `<workdir>/gs:/bucket/taxi`, a folder that does not exist.
     with pytest.raises(SpecError) as raised:
-        load_spec("taxi", overrides=[f"data.input_dir={value}"])
+        load_spec("taxi", overrides=[f"{key}={value}"])
     message = str(raised.value)
-    assert message.startswith(f"--set data.input_dir={value}: data.input_dir: a URI (")
-    assert "fingerprints the input files on this machine's filesystem" in message
-    assert "mount the bucket" in message and "\n" not in message
+    assert message.startswith(f"--set {key}={value}: {key}: {value!r}")
+    assert words in message and "docs/storage.md" in message and "\n" not in message
+
+
+@pytest.mark.parametrize("key", ["runtime.metadata.path", "data.prepare.filename"])
+def test_a_uri_is_refused_where_a_path_stays_inside_the_workdir(key):
+    with pytest.raises(SpecError) as raised:
+        load_spec("taxi", overrides=[f"{key}=gs://bucket/x"])
+    assert f"{key}: a URI (gs://), not a path relative to the workdir" in str(raised.value)
 
 
 def test_paths_that_stay_inside_are_accepted(tmp_path):

@@ -19,6 +19,7 @@ from pipelines.core.metadata.records import (
     node_id_of,
     run_context,
 )
+from pipelines.core.object_path import as_path
 
 
 @dataclass(frozen=True)
@@ -152,4 +153,4 @@ def find_output(
 
 def statistics_file(statistics_uri: str, split: str) -> Path:
     """Where StatisticsGen writes one split's DatasetFeatureStatisticsList."""
-    return Path(statistics_uri) / f"Split-{split}" / "FeatureStats.pb"
+    return as_path(statistics_uri) / f"Split-{split}" / "FeatureStats.pb"

@@ -16,6 +16,7 @@ from pipelines.core.metadata.records import (
     SCHEMA_TYPE,
     linked_artifacts,
 )
+from pipelines.core.object_path import as_path
 
 SCHEMA_FILE = "schema.pbtxt"  # what SchemaGen and ImportSchemaGen write in a Schema artifact
 SCHEMA_FILE_PROPERTY = "schema_file"  # ImportSchemaGen's execution property: what it imported
@@ -41,7 +42,7 @@ class AcceptedSchema:
     @property
     def file(self) -> Path:
         """The schema.pbtxt inside the accepted run's Schema artifact."""
-        return Path(self.uri) / SCHEMA_FILE
+        return as_path(self.uri) / SCHEMA_FILE
 
 
 def last_accepted_schema(
@@ -125,7 +126,7 @@ def _import_source(store: metadata_store.MetadataStore, schema) -> str:
     """The file to import `schema` from: the one ImportSchemaGen copied it from (its
     `schema_file` property, on the execution that produced it rather than one that reused it
     from the cache), when that file still holds the same bytes; else the artifact's own."""
-    own = Path(schema.uri) / SCHEMA_FILE
+    own = as_path(schema.uri) / SCHEMA_FILE
     producers = [
         e.execution_id
         for e in store.get_events_by_artifact_ids([schema.id])
