@@ -13,6 +13,9 @@ module adds only what KFP itself needs:
   path and so could not read a `conveyor.Name` artifact;
 - the job's output directory and the nightly schedule for KFP and Vertex AI;
 - PipelineSpec schema 2.1.0, the only one open-source KFP's API server accepts;
+- every task's environment from Kubernetes secrets (`runtime.container.secret_env`), as KFP's
+  kubernetes platform spec (`platformSpec` beside the job's `pipelineSpec`) that open-source
+  KFP's driver reads: names of secrets and keys only, never a value;
 - an exit handler (`components.run_finish`), which KFP runs after every task, whatever their
   state: it hands the run-finish contract every orchestrator calls
   (`pipelines.finish.contract.finish_run`) KFP's final status, and the contract writes the
@@ -36,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from pipelines.core.object_path import as_path
+from pipelines.spec.checks import ProfileError, profile_file
 from pipelines.spec.loading import LoadedSpec
 from pipelines.spec.models import Orchestrator, PipelineSpec, ResourcesSpec
 
@@ -167,6 +171,62 @@ def _fill_missing_resources(job: dict[str, Any], spec: PipelineSpec) -> list[str
     return filled
 
 
+def task_variables(spec: PipelineSpec) -> dict[str, str]:
+    """The environment variables Conveyor's tasks read on Kubeflow, by the key that names each
+    (the exit handler's webhook and Pushgateway URL); unset keys are left out."""
+    runtime = spec.runtime
+    named = {
+        "runtime.alert_webhook_env": runtime.alert_webhook_env,
+        "runtime.metrics.pushgateway_url_env": runtime.metrics.pushgateway_url_env,
+    }
+    return {key: variable for key, variable in named.items() if variable}
+
+
+def check_task_environment(loaded: LoadedSpec) -> None:
+    """Refuses a profile whose tasks would read a variable nothing sets: in a Kubeflow pod only
+    `runtime.container.secret_env` sets them, and a missing webhook would be a silent alert.
+
+    Raises:
+      ProfileError: naming the key, the variable and the profile file to add it to.
+    """
+    secret_env = loaded.spec.runtime.container.secret_env
+    for key, variable in task_variables(loaded.spec).items():
+        if variable not in secret_env:
+            raise ProfileError(
+                f"{profile_file(loaded)}: {key} is {variable!r}, which no Kubeflow task has: "
+                f"name the Kubernetes secret that holds it in runtime.container.secret_env "
+                f"({variable}: {{secret: NAME, key: KEY}})."
+            )
+
+
+def kubernetes_platform_spec(job: dict[str, Any], spec: PipelineSpec) -> dict[str, Any]:
+    """KFP's kubernetes platform spec giving every container task the profile's secret env,
+    encoded as kfp-kubernetes's `use_secret_as_env` encodes it (one `secretAsEnv` per secret,
+    its name both in the field KFP 2.0's driver reads and in the parameter later drivers read).
+    Empty when the profile names no secret env."""
+    by_secret: dict[str, list[dict[str, str]]] = {}
+    for variable, ref in sorted(spec.runtime.container.secret_env.items()):
+        by_secret.setdefault(ref.secret, []).append({"envVar": variable, "secretKey": ref.key})
+    if not by_secret:
+        return {}
+    secret_as_env = [
+        {
+            "secretName": secret,
+            "secretNameParameter": {"runtimeValue": {"constant": secret}},
+            "keyToEnv": key_to_env,
+            "optional": False,
+        }
+        for secret, key_to_env in sorted(by_secret.items())
+    ]
+    executors = job["pipelineSpec"]["deploymentSpec"]["executors"]
+    configs = {
+        label: {"secretAsEnv": secret_as_env}
+        for label, executor in sorted(executors.items())
+        if "container" in executor  # resolver tasks are ML Metadata queries, not pods
+    }
+    return {"platforms": {"kubernetes": {"deploymentSpec": {"executors": configs}}}}
+
+
 def _gcs_uri(path: str) -> str:
     """Vertex AI mounts gs://BUCKET at /gcs/BUCKET; the job's output directory is the URI."""
     return "gs://" + path[len("/gcs/") :] if path.startswith("/gcs/") else path
@@ -236,11 +296,13 @@ def exit_handler(spec: PipelineSpec, workdir: str):
 
 
 def compile_pipeline(loaded: LoadedSpec, workdir: str, output: Path) -> list[Path]:
-    """Writes the PipelineJob JSON to `output` and its schedule next to it; returns both."""
+    """Writes the PipelineJob JSON to `output` (with the `platformSpec` of the profile's secret
+    env, when it names any) and its schedule next to it; returns both."""
     from tfx.orchestration.kubeflow.v2 import kubeflow_v2_dag_runner as kfp_runner
 
     from pipelines.builder.pipeline import build_pipeline
 
+    check_task_environment(loaded)  # before TFX is imported
     spec = loaded.spec
     pipeline = build_pipeline(spec, as_path(workdir), target=Orchestrator.KUBEFLOW)
     _, artifact_classes = attach_resources(pipeline, spec)
@@ -263,6 +325,9 @@ def compile_pipeline(loaded: LoadedSpec, workdir: str, output: Path) -> list[Pat
             "gcsOutputDirectory", str(as_path(workdir) / "pipeline_root" / spec.name)
         )
     )
+    platform_spec = kubernetes_platform_spec(job, spec)
+    if platform_spec:
+        job["platformSpec"] = platform_spec
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(json.dumps(job, indent=2, sort_keys=True) + "\n")
     schedule_file = output.with_name(output.stem + ".schedule.json")

@@ -1063,6 +1063,23 @@ _IMAGE = re.compile(
 )
 
 
+# A Kubernetes object name (RFC 1123 subdomain), as a Secret's metadata.name must be.
+_K8S_NAME = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+
+
+class SecretRef(StrictModel):
+    """One key of a Kubernetes Secret in the namespace the job's pods run in. The value stays in
+    the cluster: what is compiled names the secret and the key, and the kubelet sets the
+    variable when the pod starts."""
+
+    secret: Annotated[str, Field(pattern=_K8S_NAME, max_length=253)] = Field(
+        description="The Secret's name (metadata.name)."
+    )
+    key: Annotated[str, Field(pattern=r"^[-._a-zA-Z0-9]+$", max_length=253)] = Field(
+        description="The key in the Secret's data whose value the variable gets."
+    )
+
+
 class ContainerSpec(StrictModel):
     """The pipeline image (built from the repository's Dockerfile) and what each node asks for."""
 
@@ -1075,6 +1092,13 @@ class ContainerSpec(StrictModel):
     resources: dict[Identifier, ResourcesSpec] = Field(
         default_factory=dict,
         description="Node id (or `default`, for every node) -> its container's resources.",
+    )
+    secret_env: dict[Identifier, SecretRef] = Field(
+        default_factory=dict,
+        description="Environment variable -> the key of a Kubernetes Secret it is set from, in "
+        "every task of a compiled Kubeflow job (the variables runtime.alert_webhook_env and "
+        "metrics.pushgateway_url_env name, a team's tokens). The job names the secret and the "
+        "key, never a value. Open-source KFP applies it; Vertex AI has no Kubernetes secrets.",
     )
 
     @field_validator("image")
@@ -1257,6 +1281,48 @@ class StorageSpec(StrictModel):
     s3: S3StorageSpec = Field(default=S3StorageSpec(), description="S3 and S3-compatible stores.")
 
 
+# A KFP API server's URL: scheme, host, port and an optional path (a proxy's /pipeline), never
+# credentials or a query, which would end up in the spec and in logs.
+_KFP_HOST = re.compile(r"^https?://[A-Za-z0-9.-]+(:[0-9]{1,5})?(/[A-Za-z0-9._~-]+)*/?$")
+
+
+def _kfp_host(value: str | None) -> str | None:
+    if value is not None and not _KFP_HOST.match(value):
+        raise ValueError(
+            f"host {value!r} is not http(s)://HOST[:PORT][/PATH]: the URL of the KFP API "
+            "(no user, password or query: a token comes from token_env)"
+        )
+    return value.rstrip("/") if value else value
+
+
+class KubeflowSpec(StrictModel):
+    """Where `conveyor submit` creates runs: an open-source Kubeflow Pipelines API server, through
+    KFP's SDK client (docs/orchestration.md). Credentials never come from here."""
+
+    host: Annotated[str | None, AfterValidator(_kfp_host)] = Field(
+        default=None,
+        description="The KFP API's URL (https://kubeflow.example.com/pipeline, or "
+        "http://127.0.0.1:8888 through `kubectl port-forward`); `conveyor submit --host` "
+        "overrides it.",
+    )
+    token_env: Identifier | None = Field(
+        default=None,
+        description="Name of the environment variable holding the bearer token sent to the API "
+        "(an identity-aware proxy's, a service account's); unset: none is sent.",
+    )
+    experiment: str | None = Field(
+        default=None,
+        min_length=1,
+        description="The KFP experiment runs and recurring runs are created in (made when "
+        "missing); unset: the pipeline's name.",
+    )
+    namespace: Annotated[str, Field(pattern=_K8S_NAME, max_length=63)] | None = Field(
+        default=None,
+        description="The user namespace of a multi-user KFP; unset: the client's own context "
+        "(single-user KFP needs none).",
+    )
+
+
 def missing_image(runtime: RuntimeSpec, target: Orchestrator) -> str | None:
     """Why `target` cannot run without an image when the runtime names none, else None."""
     if target is Orchestrator.KUBEFLOW and not runtime.container.image:
@@ -1304,6 +1370,11 @@ class RuntimeSpec(StrictModel):
     container: ContainerSpec = Field(
         default=ContainerSpec(),
         description="The pipeline image and each node's resources (Kubeflow, Vertex AI).",
+    )
+    kubeflow: KubeflowSpec = Field(
+        default=KubeflowSpec(),
+        description="The Kubeflow Pipelines API `conveyor submit` creates runs in: its host, "
+        "the variable holding its token, the experiment.",
     )
     concurrency: ConcurrencySpec = Field(
         default=ConcurrencySpec(),
