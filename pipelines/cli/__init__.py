@@ -3,7 +3,7 @@
 One module per group of commands, each wired the same way: `register(sub)` adds its subcommands,
 each with `set_defaults(func=cmd_...)`, and `main` runs the one named.
 - `specs`: list, validate, compile, data, schema
-- `runs`: run, backfill, schedule, runs, report
+- `runs`: run, backfill, schedule, submit, runs, report
 - `models`: bless, lineage, models, promote, rollback
 - `serving`: serve, deploy render
 - `project`: init

@@ -1,5 +1,5 @@
-"""`conveyor run`, `backfill`, `schedule`, `runs` and `report`: running a pipeline's nights
-and reading back what they did.
+"""`conveyor run`, `backfill`, `schedule`, `submit`, `runs` and `report`: running a pipeline's
+nights, here or on Kubeflow Pipelines, and reading back what they did.
 
 `runs` and `report` never import TensorFlow or TFX; each handler imports what it needs when it
 runs.
@@ -18,7 +18,8 @@ from pipelines.core.outcome import EXIT_FAILED, Outcome, worst_exit_code
 
 
 def register(sub) -> None:
-    """Adds `run`, `backfill`, `schedule`, `runs` and `report` to the `conveyor` parser."""
+    """Adds `run`, `backfill`, `schedule`, `submit`, `runs` and `report` to the `conveyor`
+    parser."""
     p = sub.add_parser("run", help="run a pipeline locally (LocalDagRunner)")
     p.add_argument("pipeline")
     p.add_argument(
@@ -50,6 +51,27 @@ def register(sub) -> None:
     p.add_argument("--print", action="store_true", help="print the line, install nothing")
     add_common_options(p)
     p.set_defaults(func=cmd_schedule)
+
+    p = sub.add_parser(
+        "submit",
+        help="create a run (or --schedule the nightly recurring run) on Kubeflow Pipelines",
+        description="Compiles the pipeline as `conveyor compile` does (or takes --job) and "
+        "creates a run of it through the KFP API, or with --schedule the recurring run of the "
+        "spec's schedule. A bearer token comes from the variable runtime.kubeflow.token_env "
+        "names.",
+    )
+    p.add_argument("pipeline")
+    p.add_argument("--host", help="the KFP API's URL (default: runtime.kubeflow.host)")
+    p.add_argument(
+        "--schedule",
+        action="store_true",
+        help="create the nightly recurring run from the spec's schedule instead of one run now",
+    )
+    p.add_argument(
+        "--job", metavar="FILE", help="submit this compiled job (compile's output), not a new one"
+    )
+    add_common_options(p, profile_default="kubeflow")
+    p.set_defaults(func=cmd_submit)
 
     p = sub.add_parser("runs", help="recent runs from the metadata store")
     p.add_argument("pipeline")
@@ -220,6 +242,56 @@ def cmd_schedule(args: argparse.Namespace) -> int:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_FAILED
     print(f"installed in the crontab:\n{entry.render()}", end="")
+    return 0
+
+
+def cmd_submit(args: argparse.Namespace) -> int:
+    """`conveyor submit`: creates a run of the pipeline on Kubeflow Pipelines, or with
+    `--schedule` its nightly recurring run, from the job `conveyor compile` writes (compiled
+    here unless `--job` names one).
+
+    The host, the token's variable and the schedule are checked before anything is compiled,
+    so a missing one fails in seconds.
+
+    Exit code: 0 when KFP created it; 1 for a spec or profile error, no host, an unset token
+    variable, a schedule KFP cannot keep, or what the API answered instead.
+    """
+    from pathlib import Path
+
+    from pipelines.run import compile as orchestration
+    from pipelines.run import submit
+    from pipelines.spec import checks, loading
+    from pipelines.spec.models import Orchestrator
+
+    loaded = loading.load_spec(args.pipeline, env=args.profile, overrides=args.set)
+    spec = loaded.spec
+    try:
+        host = submit.api_host(spec, args.host)
+        submit.api_token(spec)
+        if args.schedule:
+            submit.recurring_run_cron(spec)
+        if args.job:
+            job_file = Path(args.job)
+        else:
+            # The profile's working directory (where the pods see the data), as compile takes it.
+            runtime_workdir = spec.runtime.workdir
+            workdir = runtime_workdir if runtime_workdir and not args.workdir else None
+            workdir = workdir or str(workdir_of(args))
+            target = Orchestrator.KUBEFLOW
+            job_file = orchestration.default_output(spec, target, workdir_of(args))
+            checks.check_profile(loaded, target)  # before TensorFlow is imported
+            for path in orchestration.compile_pipeline(
+                loaded, target, workdir, job_file, tuple(args.set)
+            ):
+                print(f"wrote {path}")
+        submitted = submit.submit(spec, job_file, host, schedule=args.schedule)
+    except submit.SubmitError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_FAILED
+    print(
+        f"created {submitted.kind} {submitted.display_name!r} ({submitted.id}) in experiment "
+        f"{submit.experiment_name(spec)!r}: {submitted.link}"
+    )
     return 0
 
 
