@@ -30,6 +30,7 @@ from tfx.types import artifact_utils, standard_artifacts, standard_component_spe
 from tfx.types.component_spec import ChannelParameter, ExecutionParameter
 from tfx.utils import json_utils
 
+from components.trainer.cluster import CLUSTER_KEY
 from pipelines.core.artifact_files import TRAINING_SUMMARY_FILE
 
 STATISTICS_KEY = "statistics"
@@ -85,13 +86,17 @@ def checkpoint_dir(input_dict, output_dict, custom_config: dict[str, Any]) -> st
     return os.path.join(node_root, "checkpoints", key)
 
 
-def record_summary(output_dict) -> None:
-    """Copies the training summary onto the Model artifact, so ML Metadata answers for it."""
+def record_summary(output_dict, model_run_uri: str | None = None) -> None:
+    """Copies the training summary onto the Model artifact, so ML Metadata answers for it.
+
+    `model_run_uri`: where the chief wrote the ModelRun when it is not the artifact's own URI
+    (a cluster job's replicas write to the bucket behind KFP's `/gcs/` folder).
+    """
     model = artifact_utils.get_single_instance(output_dict[standard_component_specs.MODEL_KEY])
     model_run = artifact_utils.get_single_instance(
         output_dict[standard_component_specs.MODEL_RUN_KEY]
     )
-    path = os.path.join(model_run.uri, TRAINING_SUMMARY_FILE)
+    path = os.path.join(model_run_uri or model_run.uri, TRAINING_SUMMARY_FILE)
     if not fileio.exists(path):
         return  # only the chief writes one
     with fileio.open(path) as handle:
@@ -122,13 +127,23 @@ class Executor(tfx_trainer_executor.GenericExecutor):
         STATISTICS_PATHS_KEY for every split that has statistics, CHECKPOINT_DIR_KEY), the
         statistics input is dropped (GenericExecutor does not know it), and after TFX's
         training and export the training summary is copied onto the Model artifact.
+
+        With a cluster launcher in `custom_config` (components/trainer/cluster.py), this task
+        launches the replicas, each running this executor without it, and waits for them.
         """
+        config_json = exec_properties.get(standard_component_specs.CUSTOM_CONFIG_KEY)
+        if CLUSTER_KEY in (json_utils.loads(config_json or "null") or {}):
+            from components.trainer.cluster import train_on_cluster
+
+            written = train_on_cluster(input_dict, output_dict, exec_properties)
+            record_summary(output_dict, written.get(standard_component_specs.MODEL_RUN_KEY))
+            record_user_code(output_dict, exec_properties)
+            return
         statistics = artifact_utils.get_single_instance(input_dict[STATISTICS_KEY])
         path = os.path.join(
             artifact_utils.get_split_uri([statistics], "train"),
             stats_artifact_utils.BINARY_PB_BASENAME,
         )
-        config_json = exec_properties.get(standard_component_specs.CUSTOM_CONFIG_KEY)
         custom_config = json_utils.loads(config_json or "null") or {}
         custom_config[STATISTICS_PATH_KEY] = path
         # Every split's, for counting the rows whose label the model does not know (run.py).

@@ -21,6 +21,8 @@ from pipelines.spec.models import (
     MetadataKind,
     Orchestrator,
     PipelineSpec,
+    Strategy,
+    TrainingLauncher,
     check_beam_args,
     missing_image,
 )
@@ -74,6 +76,7 @@ def check_profile(loaded: LoadedSpec, target: Orchestrator | None = None) -> Non
         raise ProfileError(
             f"{prefix}schedule.start_date: Airflow needs a start date for the nightly DAG."
         )
+    check_training_launcher(spec, target, prefix)
     textfile_dir = spec.runtime.metrics.textfile_dir
     if target is Orchestrator.KUBEFLOW and textfile_dir and Path(textfile_dir).is_absolute():
         # The exit handler's pod is gone once it has written: only the workdir is shared.
@@ -81,6 +84,36 @@ def check_profile(loaded: LoadedSpec, target: Orchestrator | None = None) -> Non
             f"{prefix}runtime.metrics.textfile_dir: {textfile_dir} is a folder inside the "
             "Kubeflow exit handler's pod, which nothing reads; give a folder relative to the "
             "workdir (the storage every task sees), or use runtime.metrics.pushgateway_url_env."
+        )
+
+
+def check_training_launcher(spec: PipelineSpec, target: Orchestrator, prefix: str = "") -> None:
+    """The trainer's launcher fits the orchestrator and the distribution: a cluster job only
+    from a Kubeflow task, its replicas training together (multi_worker), and multi_worker on
+    Kubeflow only through a cluster job (one pod alone has no TF_CONFIG and would fail).
+
+    Raises:
+      ProfileError: naming the key to change.
+    """
+    launcher = spec.runtime.training.launcher
+    multi_worker = spec.trainer.distribution is Strategy.MULTI_WORKER
+    if launcher is not TrainingLauncher.LOCAL and target is not Orchestrator.KUBEFLOW:
+        raise ProfileError(
+            f"{prefix}runtime.training.launcher: {launcher.value!r} launches the trainer from a "
+            f"Kubeflow task, and this profile runs on {target.value}; set it to 'local' or "
+            "use a kubeflow profile."
+        )
+    if launcher is not TrainingLauncher.LOCAL and not multi_worker:
+        raise ProfileError(
+            f"{prefix}runtime.training.launcher: {launcher.value!r} starts a chief and "
+            f"{spec.runtime.training.workers} worker(s), which train together only with "
+            f"trainer.distribution 'multi_worker' (it is {spec.trainer.distribution.value!r})."
+        )
+    if multi_worker and target is Orchestrator.KUBEFLOW and launcher is TrainingLauncher.LOCAL:
+        raise ProfileError(
+            f"{prefix}runtime.training.launcher: trainer.distribution 'multi_worker' on Kubeflow "
+            "needs the workers launched: set it to 'tfjob' (Kubeflow's Training Operator) or "
+            "'vertex' (a Vertex AI custom job); the Trainer's pod alone has no TF_CONFIG."
         )
 
 

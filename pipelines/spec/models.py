@@ -1323,6 +1323,107 @@ class KubeflowSpec(StrictModel):
     )
 
 
+class TrainingLauncher(str, enum.Enum):
+    """Where the Trainer's replicas run: in the Trainer's own task, or as a job of an operator."""
+
+    LOCAL = "local"  # the Trainer task trains itself
+    TFJOB = "tfjob"  # Kubeflow's Training Operator: a TFJob with a chief and workers
+    VERTEX = "vertex"  # a Vertex AI custom job with one worker pool per role
+
+
+class TolerationOperator(str, enum.Enum):
+    """How a toleration matches a taint's value."""
+
+    EQUAL = "Equal"
+    EXISTS = "Exists"
+
+
+class TaintEffect(str, enum.Enum):
+    """What a Kubernetes taint does to pods that do not tolerate it."""
+
+    NO_SCHEDULE = "NoSchedule"
+    PREFER_NO_SCHEDULE = "PreferNoSchedule"
+    NO_EXECUTE = "NoExecute"
+
+
+class Toleration(StrictModel):
+    """A Kubernetes toleration of the replicas' pods (a GPU node pool's taint, typically)."""
+
+    key: str | None = Field(default=None, description="The taint's key (unset: every key).")
+    operator: TolerationOperator = Field(
+        default=TolerationOperator.EQUAL,
+        description="`Equal` (the key has `value`) or `Exists` (any value).",
+    )
+    value: str | None = Field(default=None, description="The taint's value, with `Equal`.")
+    effect: TaintEffect | None = Field(
+        default=None, description="The taint effect tolerated (unset: every effect)."
+    )
+
+
+class TfJobSpec(StrictModel):
+    """The TFJob `runtime.training.launcher: tfjob` creates, besides the image and resources."""
+
+    namespace: Annotated[str, Field(pattern=_K8S_NAME, max_length=63)] | None = Field(
+        default=None,
+        description="Namespace the TFJob is created in; unset: the Trainer task's own.",
+    )
+    node_selector: dict[str, str] = Field(
+        default_factory=dict,
+        description="Node labels every replica's pod needs (e.g. "
+        "`cloud.google.com/gke-accelerator: nvidia-l4` for the trainer's gpu_type).",
+    )
+    tolerations: tuple[Toleration, ...] = Field(
+        default=(), description="Taints every replica's pod tolerates (a GPU pool's)."
+    )
+
+
+class VertexTrainingSpec(StrictModel):
+    """The Vertex AI custom job `runtime.training.launcher: vertex` creates."""
+
+    project: str | None = Field(default=None, description="Google Cloud project of the job.")
+    region: Annotated[str, Field(pattern=r"^[a-z]+-[a-z]+[0-9]+$")] | None = Field(
+        default=None, description="Vertex AI region, e.g. europe-west4."
+    )
+    machine_type: str = Field(
+        default="n1-standard-8", description="Machine type of each replica (chief and workers)."
+    )
+
+
+class TrainingSpec(StrictModel):
+    """How Conveyor's Trainer runs on Kubeflow: in its own task, or launched as a cluster job
+    whose replicas train with `trainer.distribution: multi_worker` (docs/orchestration.md). The
+    replicas get the trainer's image and its `runtime.container.resources` entry (GPUs included).
+    """
+
+    launcher: TrainingLauncher = Field(
+        default=TrainingLauncher.LOCAL,
+        description="`local` (the Trainer task trains), `tfjob` (a Training Operator TFJob: "
+        "chief plus workers) or `vertex` (a Vertex AI custom job); the last two need the "
+        "kubeflow orchestrator and `trainer.distribution: multi_worker`.",
+    )
+    workers: int = Field(
+        default=1, ge=1, description="Worker replicas besides the chief (which exports)."
+    )
+    timeout_seconds: int | None = Field(
+        default=None, gt=0, description="The job is stopped and the task fails after this long."
+    )
+    poll_seconds: float = Field(
+        default=30.0, gt=0, description="How often the Trainer task asks for the job's state."
+    )
+    tfjob: TfJobSpec = Field(default=TfJobSpec(), description="TFJob settings (launcher tfjob).")
+    vertex: VertexTrainingSpec = Field(
+        default=VertexTrainingSpec(), description="Custom job settings (launcher vertex)."
+    )
+
+    @model_validator(mode="after")
+    def _vertex_has_a_place(self) -> TrainingSpec:
+        if self.launcher is TrainingLauncher.VERTEX:
+            missing = [k for k in ("project", "region") if not getattr(self.vertex, k)]
+            if missing:
+                raise ValueError(f"launcher 'vertex' needs vertex.{' and vertex.'.join(missing)}")
+        return self
+
+
 def missing_image(runtime: RuntimeSpec, target: Orchestrator) -> str | None:
     """Why `target` cannot run without an image when the runtime names none, else None."""
     if target is Orchestrator.KUBEFLOW and not runtime.container.image:
@@ -1375,6 +1476,11 @@ class RuntimeSpec(StrictModel):
         default=KubeflowSpec(),
         description="The Kubeflow Pipelines API `conveyor submit` creates runs in: its host, "
         "the variable holding its token, the experiment.",
+    )
+    training: TrainingSpec = Field(
+        default=TrainingSpec(),
+        description="Where Conveyor's Trainer runs on Kubeflow: in its own task (`local`), or "
+        "launched as a Training Operator TFJob or a Vertex AI custom job.",
     )
     concurrency: ConcurrencySpec = Field(
         default=ConcurrencySpec(),

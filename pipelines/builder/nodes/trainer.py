@@ -3,7 +3,9 @@ running the team's own `run_fn` module (`trainer.module`)."""
 
 from __future__ import annotations
 
-from pipelines.builder.context import BuildContext, code_version, user_code
+from components.trainer.cluster import CLUSTER_KEY, launch_config
+from pipelines.builder.context import BuildContext, BuildError, code_version, user_code
+from pipelines.spec.models import Orchestrator
 
 TRAINER_RUN_FN = "components.trainer.run.run_fn"
 
@@ -23,7 +25,9 @@ def build(ctx: BuildContext, node_id: str) -> None:
     `run_fn` with TFX's FnArgs (`trainer.config` as its custom_config; Transform's examples and
     graph when a transform node runs). Either way it runs after every gate, so a blocked run
     never trains, and the code version (Conveyor's components plus the user code's digest)
-    keys its cache, so an edit re-trains and an unchanged module stays a cache hit.
+    keys its cache, so an edit re-trains and an unchanged module stays a cache hit. On
+    Kubeflow with `runtime.training.launcher` tfjob or vertex, Conveyor's Trainer task launches
+    its replicas as that job (its custom_config carries what the launch needs).
     """
     from tfx.proto import trainer_pb2
 
@@ -35,8 +39,17 @@ def build(ctx: BuildContext, node_id: str) -> None:
     train_args = trainer_pb2.TrainArgs(num_steps=trainer.train_steps)
     eval_args = trainer_pb2.EvalArgs(num_steps=trainer.eval_steps)
     base_model = ctx.need("warm_start_model", node_id) if trainer.warm_start else None
+    # On Kubeflow, the replicas a cluster launcher starts (components/trainer/cluster.py).
+    cluster = launch_config(ctx.spec, node_id) if ctx.target is Orchestrator.KUBEFLOW else None
     if trainer.module is not None and trainer_contract(trainer.module) is Contract.TFX_RUN_FN:
         from components.trainer.component import UserModuleTrainer
+
+        if cluster:
+            raise BuildError(
+                f"runtime.training.launcher {cluster['launcher']!r} launches Conveyor's trainer; "
+                f"trainer.module {trainer.module!r} has its own run_fn, which TFX's Trainer runs "
+                "in its task: set runtime.training.launcher to 'local'."
+            )
 
         with_transform = ctx.has("transformed_examples")
         if with_transform:
@@ -71,6 +84,7 @@ def build(ctx: BuildContext, node_id: str) -> None:
             custom_config={
                 "trainer": trainer.model_dump(mode="json"),
                 "code_version": version,
+                **({CLUSTER_KEY: cluster} if cluster else {}),
             },
             base_model=base_model,
             user_code=_user_code_label(found),
