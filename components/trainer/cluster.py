@@ -80,6 +80,26 @@ def launch_config(spec, node_id: str) -> dict[str, Any] | None:
     }
 
 
+def check_launch(config: Mapping[str, Any], node_id: str) -> None:
+    """Builds the job once with a stand-in command, so what its API would refuse is found
+    when the pipeline is compiled rather than in the Trainer task.
+
+    Raises:
+      ValueError: naming the profile key at fault.
+    """
+    if config["launcher"] == "vertex":
+        gpu_type = config.get("resources", {}).get("gpu_type")
+        try:
+            build_vertex_custom_job(config, ["true"])
+        except KeyError:
+            raise ValueError(
+                f"runtime.container.resources.{node_id}.gpu_type: Vertex AI has no accelerator "
+                f"{gpu_type!r} (its AcceleratorType names, e.g. NVIDIA_L4, NVIDIA_TESLA_T4)"
+            ) from None
+    else:
+        build_tfjob(config, job_name(config["name"]), "default", ["true"])
+
+
 def job_name(prefix: str) -> str:
     """A unique job name from `prefix`: a Kubernetes name (lowercase, `-`, at most 63)."""
     cleaned = "".join(c if c.isalnum() else "-" for c in prefix.lower()).strip("-")

@@ -489,3 +489,13 @@ def test_compiled_multi_worker_job_carries_what_the_trainer_launches(tmp_path, t
     assert config["resources"] == {"cpu": 8, "memory": "32Gi", "gpu": 2, "gpu_type": "NVIDIA_L4"}
     # What the trainer task will create from it is a TFJob the operator accepts.
     tfjob_schema.validate(cluster.build_tfjob(config, "penguin-trainer-1a2b", "ml", COMMAND))
+
+
+def test_compile_refuses_an_accelerator_vertex_ai_does_not_have(tmp_path, capsys):
+    output = tmp_path / "penguin.json"
+    bad = "runtime.container.resources.trainer={gpu: 1, gpu_type: NVIDIA_L44}"
+    sets = [arg for override in (*GPU_VERTEX, bad) for arg in ("--set", override)]
+    argv = ["compile", "penguin", "--env", "kubeflow", "--output", str(output), *sets]
+    assert cli.main(argv) != 0
+    assert "runtime.container.resources.trainer.gpu_type" in capsys.readouterr().err
+    assert not output.exists()

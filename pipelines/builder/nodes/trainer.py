@@ -3,8 +3,9 @@ running the team's own `run_fn` module (`trainer.module`)."""
 
 from __future__ import annotations
 
-from components.trainer.cluster import CLUSTER_KEY, launch_config
-from pipelines.builder.context import BuildContext, BuildError, code_version, user_code
+from components.trainer.cluster import CLUSTER_KEY, check_launch, launch_config
+from pipelines.builder.context import BuildContext, code_version, user_code
+from pipelines.spec.checks import ProfileError
 from pipelines.spec.models import Orchestrator
 
 TRAINER_RUN_FN = "components.trainer.run.run_fn"
@@ -41,11 +42,16 @@ def build(ctx: BuildContext, node_id: str) -> None:
     base_model = ctx.need("warm_start_model", node_id) if trainer.warm_start else None
     # On Kubeflow, the replicas a cluster launcher starts (components/trainer/cluster.py).
     cluster = launch_config(ctx.spec, node_id) if ctx.target is Orchestrator.KUBEFLOW else None
+    if cluster:
+        try:
+            check_launch(cluster, node_id)
+        except ValueError as err:
+            raise ProfileError(str(err)) from None
     if trainer.module is not None and trainer_contract(trainer.module) is Contract.TFX_RUN_FN:
         from components.trainer.component import UserModuleTrainer
 
         if cluster:
-            raise BuildError(
+            raise ProfileError(
                 f"runtime.training.launcher {cluster['launcher']!r} launches Conveyor's trainer; "
                 f"trainer.module {trainer.module!r} has its own run_fn, which TFX's Trainer runs "
                 "in its task: set runtime.training.launcher to 'local'."
