@@ -41,8 +41,8 @@ def register(sub) -> None:
         help="every version of a pipeline's model on disk: labels, run, spans, metrics",
         description="One row per version folder under the model's base path (newest first): "
         "the labels models.config gives it, whether ML Metadata recorded its push, the run "
-        "that pushed it, the spans it learned from, its final validation metrics and when it "
-        "was pushed.",
+        "that pushed it, the spans it learned from, its final validation metrics, when it "
+        "was pushed and its model card page.",
     )
     p.add_argument("pipeline")
     add_common_options(p)
@@ -171,7 +171,7 @@ def cmd_models(args: argparse.Namespace) -> int:
             "waited for push.serving_urls to load it, in vain; the labels stayed where they "
             "were: `conveyor promote` moves one there)"
         )
-    table = [("version", "labels", "mlmd", "run", "spans", "metrics", "pushed (UTC)")]
+    table = [("version", "labels", "mlmd", "run", "spans", "metrics", "pushed (UTC)", "model card")]
     for row in rows:
         metrics = " ".join(f"{k}={v:.4g}" for k, v in sorted((row.metrics or {}).items()))
         table.append(
@@ -183,12 +183,20 @@ def cmd_models(args: argparse.Namespace) -> int:
                 ",".join(_span_label(s) for s in row.spans or []) or "-",
                 metrics or "-",
                 row.pushed_at.replace("T", " ").rstrip("Z") or "-",
+                _file_name(row.model_card) or "-",
             )
         )
     widths = [max(len(r[i]) for r in table) for i in range(len(table[0]))]
     for line in table:
         print("  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)).rstrip())
+    cards = [row.model_card for row in rows if row.model_card]
+    if cards:  # the table names each card's file; its folder once, as it may be long
+        print(f"model cards in {cards[0][: -len(_file_name(cards[0]))].rstrip('/')}")
     return 0
+
+
+def _file_name(path: str) -> str:
+    return path.rsplit("/", 1)[-1]
 
 
 def _span_label(span: int) -> str:

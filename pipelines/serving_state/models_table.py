@@ -1,5 +1,10 @@
 """`conveyor models`: every version folder of a pipeline's model, with what disk,
 models.config, the hold and ML Metadata say about it, read in one place.
+
+Each pushed version's model card (`pipelines.finish.model_card` writes it) lies in the config
+folder as `model_cards/<model name>/<version>.json` and `.html`: beside models.config, where
+TF Serving never looks (it loads only the base paths models.config names), and apart from the
+version folders, so retiring or republishing a version never touches its card.
 """
 
 from __future__ import annotations
@@ -8,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pipelines.core import storage
+from pipelines.core.object_path import AnyPath, as_path
 from pipelines.core.paths import RunPaths
 from pipelines.serving_state import versions
 from pipelines.serving_state.config_files import (
@@ -17,6 +23,14 @@ from pipelines.serving_state.config_files import (
 )
 from pipelines.serving_state.labels import Hold, read_hold, unlabelled_versions
 from pipelines.serving_state.records import pushes_by_version
+
+MODEL_CARDS_FOLDER = "model_cards"
+
+
+def model_card_files(config_dir, model_name: str, version: int | str) -> tuple[AnyPath, AnyPath]:
+    """(JSON, HTML) of a version's model card in a serving config folder (local or a bucket)."""
+    folder = as_path(config_dir) / MODEL_CARDS_FOLDER / model_name
+    return folder / f"{version}.json", folder / f"{version}.html"
 
 
 @dataclass(frozen=True)
@@ -65,6 +79,7 @@ class VersionRow:
     metrics: dict[str, float] | None = None
     pushed_at: str = ""
     note: str = ""
+    model_card: str = ""  # the version's model card page, "" when it has none
 
 
 def version_rows(paths: RunPaths, entry: ServedModel | None) -> list[VersionRow]:
@@ -105,5 +120,10 @@ def version_rows(paths: RunPaths, entry: ServedModel | None) -> list[VersionRow]
         )
         if push is not None:
             row.run_id, row.spans, row.metrics = push
+        _, card_page = model_card_files(
+            paths.serving_config_dir, paths.spec.push.model_name, version
+        )
+        if storage.exists(str(card_page)):
+            row.model_card = str(card_page)
         rows.append(row)
     return rows
