@@ -9,9 +9,10 @@
 2. `summary.json` in the run's folder, with the resolved spec beside it;
 3. retention of old served versions after a run that did its job (`pipelines.serving_state`,
    after ML Metadata recorded the push, never before);
-4. the report page, the alert (the webhook), the `gate` and `push` events of a JSON log, the
-   run's Prometheus metrics: news of the run, none of which can change its outcome or stop
-   what follows;
+4. the model card of a pushed version (`pipelines.finish.model_card`, beside models.config),
+   the report page that links it, the alert (the webhook), the `gate` and `push` events of a
+   JSON log, the run's Prometheus metrics: news of the run, none of which can change its
+   outcome or stop what follows;
 5. the outcome record of a final outcome, which lets a re-run of unchanged inputs answer at
    once (`RunFacts.record_outcome`).
 
@@ -134,9 +135,11 @@ def finish_run(facts: RunFacts, echo: Echo = print) -> RunResult:
             echo(f"warning: old versions not retired: {err}")
     try:
         if not facts.alert_first:
+            _write_model_card(facts, result, echo)
             _write_report(facts, result, echo)
         _send_alert(facts, result, echo)
         if facts.alert_first:
+            _write_model_card(facts, result, echo)
             _write_report(facts, result, echo)
         _log_decisions(facts, result, echo)
         _export_metrics(facts, result, echo)
@@ -295,6 +298,22 @@ def _write_folder(facts: RunFacts, result: RunResult, echo: Echo) -> None:
     except OSError as err:
         result.run_dir = ""
         echo(f"warning: no run folder written: {type(err).__name__}: {err}")
+
+
+def _write_model_card(facts: RunFacts, result: RunResult, echo: Echo) -> None:
+    """The pushed version's model card, before the report that links it; a run that pushed
+    nothing, or whose store Conveyor cannot read (its lineage is not there), has none."""
+    if Outcome(result.outcome) is not Outcome.PUSHED or not result.pushed_version:
+        return
+    if not facts.in_store:
+        return
+    try:
+        from pipelines.finish.model_card import write_model_card
+
+        _, page = write_model_card(result, facts.paths)
+        emit(echo, "model_card", f"model card: {page}", run_id=result.run_id, path=str(page))
+    except Exception as err:  # a card describes the version, never a reason to fail its run
+        echo(f"warning: no model card written: {type(err).__name__}: {err}")
 
 
 def _write_report(facts: RunFacts, result: RunResult, echo: Echo) -> None:

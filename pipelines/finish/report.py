@@ -4,7 +4,8 @@
 `pipeline_run` context's executions and their input and output artifacts; a cached execution's
 outputs are linked too) and writes `<run dir>/report.html`: the verdict and the gate decisions,
 the data statistics of every split, the data gate's anomalies, drift and skew, the evaluation of
-every slice for the candidate against the baseline with the thresholds that failed, and the push.
+every slice for the candidate against the baseline with the thresholds that failed, and the push
+with a link to the pushed version's model card (`pipelines.finish.model_card`).
 A run that stopped early shows what exists and says what does not.
 
 This module prepares the page's data as plain dataclasses from what the artifact readers
@@ -47,6 +48,7 @@ from pipelines.core.outcome import Outcome, Reason, RunResult
 from pipelines.core.paths import REPORT_FILE, RunPaths, find_run_dirs, recent_run_dirs
 from pipelines.finish import artifacts
 from pipelines.finish.charts import ChartRenderer, Frequencies, Histogram
+from pipelines.serving_state.models_table import model_card_files
 
 TOP_VALUES = 5
 TEMPLATES_DIR = Path(__file__).parent / "templates"
@@ -101,6 +103,8 @@ class Summary:
     span: int | None
     pushed_version: str | None
     pushed_path: str | None
+    model_card: str | None  # the pushed version's model card page, None when it has none
+    model_card_link: str  # ... as a file:// URL when it is local, "" in a bucket
     serving_dir: str
     run_dir: str
     metadata: str
@@ -270,6 +274,7 @@ def _outcome_badge(result: RunResult) -> Badge:
 
 
 def _summary(result: RunResult, paths: RunPaths) -> Summary:
+    card = _model_card(result, paths)
     return Summary(
         pipeline=result.pipeline,
         run_id=result.run_id,
@@ -280,10 +285,21 @@ def _summary(result: RunResult, paths: RunPaths) -> Summary:
         span=result.span,
         pushed_version=result.pushed_version,
         pushed_path=result.pushed_path,
+        model_card=card,
+        model_card_link=as_path(card).absolute().as_uri() if card and "://" not in card else "",
         serving_dir=str(paths.serving_dir),
         run_dir=result.run_dir,
         metadata=str(paths.metadata_path),
     )
+
+
+def _model_card(result: RunResult, paths: RunPaths) -> str | None:
+    """The pushed version's model card page, when the run pushed one and its card was written."""
+    if Outcome(result.outcome) is not Outcome.PUSHED or not result.pushed_version:
+        return None
+    name = paths.spec.push.model_name
+    _, page = model_card_files(paths.serving_config_dir, name, result.pushed_version)
+    return str(page) if storage.exists(str(page)) else None
 
 
 def _gate_decisions(result: RunResult, nodes: dict[str, NodeArtifacts]) -> GateDecisions:
@@ -334,11 +350,15 @@ def _gate_decisions(result: RunResult, nodes: dict[str, NodeArtifacts]) -> GateD
     )
 
 
-def gate_decisions(result: RunResult, paths: RunPaths) -> GateDecisions:
+def gate_decisions(
+    result: RunResult, paths: RunPaths, nodes: dict[str, NodeArtifacts] | None = None
+) -> GateDecisions:
     """The run's decisions (data gate, model, infra validation, push) as the report shows
-    them, read from ML Metadata: what `--log-format json` logs as `gate` and `push` events."""
-    store = open_store(paths.spec, paths.metadata_path)
-    nodes = read_run_artifacts(store, result.run_id) if store is not None else {}
+    them, read from ML Metadata (or from `nodes`, the run's nodes already read): what
+    `--log-format json` logs as `gate` and `push` events, and what a model card lists."""
+    if nodes is None:
+        store = open_store(paths.spec, paths.metadata_path)
+        nodes = read_run_artifacts(store, result.run_id) if store is not None else {}
     return _gate_decisions(result, nodes)
 
 
