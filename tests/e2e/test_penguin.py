@@ -6,6 +6,7 @@ data gate while version 1 keeps serving.
 """
 
 import shutil
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -74,6 +75,81 @@ def test_metadata_holds_the_run_and_its_push(penguin):
     assert record.state == "succeeded"
     assert record.pushed_version == "1"
     assert [r.run_id for r in metadata.list_runs(store, "penguin")] == [first.run_id]
+
+
+def test_version_1_has_a_model_card_from_its_lineage_and_run(penguin, capsys):
+    import json
+
+    import tensorflow_model_analysis as tfma
+    from tensorflow_metadata.proto.v0 import statistics_pb2
+
+    from pipelines.serving_state import current_entry
+    from pipelines.serving_state.models_table import model_card_files
+    from tests.unit.test_model_card import assert_valid_card
+
+    loaded, paths, first, _ = penguin
+    card_file, page_file = model_card_files(paths.serving_config_dir, "penguin", 1)
+    card = json.loads(card_file.read_text())
+    assert_valid_card(card)
+    details = card["model_details"]
+    assert details["name"] == "penguin" and details["version"]["name"] == "1"
+    assert details["path"] == str(paths.serving_dir / "1")
+
+    store = metadata.open_store(loaded.spec, paths.metadata_path)
+    (examples,) = run_artifacts(store, first.run_id, "Examples")
+    span = examples.custom_properties["span"].int_value
+    assert details["version"]["diff"] == f"trained on spans {span}"
+    (statistics,) = run_artifacts(store, first.run_id, "ExampleStatistics")
+    rows = {}
+    for split in ("train", "eval"):
+        counted = statistics_pb2.DatasetFeatureStatisticsList()
+        counted.ParseFromString(
+            (Path(statistics.uri) / f"Split-{split}" / "FeatureStats.pb").read_bytes()
+        )
+        rows[split] = counted.datasets[0].num_examples
+    assert sum(rows.values()) == 344  # every row of palmerpenguins
+    assert [d["description"] for d in card["model_parameters"]["data"]] == [
+        f"{rows[split]} rows of span {span} (Examples artifact {examples.uri})"
+        for split in ("train", "eval")
+    ]
+    assert {m["key"] for m in card["model_parameters"]["input_format_map"]} == {
+        "island", "sex", "bill_length_mm", "bill_depth_mm", "flipper_length_mm", "body_mass_g"
+    }  # fmt: skip
+
+    (evaluation,) = run_artifacts(store, first.run_id, "ModelEvaluation")
+    recorded = {
+        (tuple(k.column for k in m.slice_key.single_slice_keys), i.key.name): i.value
+        for m in tfma.load_metrics(evaluation.uri)
+        for i in m.metric_keys_and_values
+    }
+    accuracy = recorded[((), "sparse_categorical_accuracy")].double_value.value
+    shown = {
+        (m["slice"], m["type"]): float(m["value"])
+        for m in card["quantitative_analysis"]["performance_metrics"]
+    }
+    assert shown[("all examples", "sparse_categorical_accuracy")] == accuracy
+    assert {s for s, _ in shown} >= {"all examples", "island = Biscoe", "island = Dream"}
+
+    (infra,) = run_artifacts(store, first.run_id, "InfraBlessing")
+    server = infra.custom_properties["conveyor_infra_server_description"].string_value
+    lines = details["documentation"].splitlines()
+    assert "Gate data gate: passed." in lines
+    assert any(line.startswith("Gate model gate: blessed") for line in lines)
+    assert any(
+        line.startswith("Gate infra validation: blessed") and f"checked on {server}" in line
+        for line in lines
+    )
+    entry = current_entry(paths.serving_config_dir, "penguin")
+    labels = sorted(label for label, version in entry.labels.items() if version == 1)
+    assert "stable" in labels and f"Labels: {', '.join(labels)}." in lines
+
+    page = page_file.read_text()
+    assert "<h1>Model card: penguin version 1</h1>" in page
+    report = (paths.runs_dir / first.run_id / "report.html").read_text()
+    assert f">{page_file}</a>" in report
+    assert cli.main(["models", "penguin", "--env", "ci", "--workdir", str(paths.workdir)]) == 0
+    printed = capsys.readouterr().out
+    assert "1.html" in printed and f"model cards in {page_file.parent}" in printed
 
 
 def test_unchanged_rerun_executes_nothing_and_pushes_nothing(penguin):
