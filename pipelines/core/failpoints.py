@@ -11,11 +11,26 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 
 ENV = "CONVEYOR_FAILPOINT"
+# With this set to a folder, the named point pauses instead of killing: it writes
+# `<folder>/<name>.reached` and waits for `<folder>/<name>.go`, so that a test can break
+# something outside the process (stop a store) at that exact phase and let the run go on.
+PAUSE_ENV = "CONVEYOR_FAILPOINT_PAUSE_DIR"
+PAUSE_SECONDS = 300
 
 
 def failpoint(name: str) -> None:
-    """Kills this process with SIGKILL when $CONVEYOR_FAILPOINT is `name`; else returns."""
-    if os.environ.get(ENV) == name:
+    """Kills this process with SIGKILL when $CONVEYOR_FAILPOINT is `name` (pauses there when
+    $CONVEYOR_FAILPOINT_PAUSE_DIR is set); else returns."""
+    if os.environ.get(ENV) != name:
+        return
+    folder = os.environ.get(PAUSE_ENV)
+    if not folder:
         os.kill(os.getpid(), signal.SIGKILL)
+    with open(os.path.join(folder, f"{name}.reached"), "w"):
+        pass
+    deadline = time.monotonic() + PAUSE_SECONDS
+    while not os.path.exists(os.path.join(folder, f"{name}.go")) and time.monotonic() < deadline:
+        time.sleep(0.05)

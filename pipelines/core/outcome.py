@@ -114,6 +114,7 @@ class Reason(str, enum.Enum):
     INPUT_INVALID = "input_invalid"  # an input file the run cannot read as its spec says
     MISSING_INPUT = "missing_input"  # a night whose data never landed
     COMPONENT_FAILED = "component_failed"  # a component (or its task) raised
+    STORAGE_FAILED = "storage_failed"  # a bucket the run reads or writes did not answer
     KILLED = "killed"  # the pipeline process died of a signal or without a result
     INTERRUPTED = "interrupted"  # an orchestrator stopped the run, or a task did not run through
     STORE_UNREADABLE = "store_unreadable"  # the run's record could not be read back

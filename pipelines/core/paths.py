@@ -171,6 +171,15 @@ class RunPaths:
         folders = (self.workdir, self.input_dir, self.serving_config_dir, self.serving_data_dir)
         return any(isinstance(folder, ObjectPath) for folder in folders)
 
+    def buckets(self) -> set[str]:
+        """`scheme://bucket` of every bucket this pipeline reads or writes."""
+        folders = (self.workdir, self.input_dir, self.serving_config_dir, self.serving_data_dir)
+        return {
+            f"{folder.scheme}://{folder.bucket}"
+            for folder in folders
+            if isinstance(folder, ObjectPath)
+        }
+
     def configure_storage(self) -> None:
         """Sets, in this process's environment (inherited by every process it starts, Beam's
         workers included), how TensorFlow, Beam and the stores' clients reach the buckets, as

@@ -9,11 +9,12 @@ and write with, so what Conveyor writes is what a component reads:
 - `tf.io.gfile` (TFX's `fileio` is built on it) for reading, writing, listing and copying:
   gs:// through tensorflow-io-gcs-filesystem (with `TF_USE_MODULAR_FILESYSTEM=1`, the plugin that
   honours an emulator's endpoint), s3:// through tensorflow-io's S3 plugin;
-- Beam's `FileSystems` for matching a pattern (one listing of the prefix, where TensorFlow's glob
-  lists folder by folder);
 - the stores' own clients (google-cloud-storage and boto3, which Beam's filesystems are built
-  on) for `stat`: the object's generation, CRC32C, MD5 or ETag, which neither TensorFlow nor
-  Beam's `FileSystems` exposes.
+  on) for what the store does best by itself, with a bounded number of retries so that a store
+  gone away fails the caller within seconds: matching a pattern (one listing of the prefix,
+  where TensorFlow's glob lists folder by folder), a copy inside a store (made by the store,
+  no bytes through this process), and `stat` (the object's generation, CRC32C, MD5 or ETag,
+  which neither TensorFlow nor Beam's `FileSystems` exposes).
 
 `configure` puts what those libraries need (endpoints, region, addressing, caches) in the
 environment of this process and of every process it starts, Beam's workers included.
@@ -189,6 +190,7 @@ GCS_PLUGIN_DEFAULTS = {
     "GCS_STAT_CACHE_MAX_AGE": "0",
     "GCS_STAT_CACHE_MAX_ENTRIES": "1024",
 }
+S3_RETRY_DEFAULTS = {"AWS_MAX_ATTEMPTS": "3", "AWS_RETRY_MODE": "standard"}
 # Set by `configure` for this module's own S3 client (stat) in every process: boto3 has no
 # environment variable for path-style addressing.
 S3_PATH_STYLE_VARIABLE = "CONVEYOR_S3_PATH_STYLE"
@@ -208,9 +210,10 @@ def configure(
       it and its credentials themselves). With an endpoint: `TF_USE_MODULAR_FILESYSTEM=1`, so
       TensorFlow's gs:// is tensorflow-io's plugin, the one that honours an emulator, with its
       cache variables (`GCS_PLUGIN_DEFAULTS`, unless the environment has its own) and
-      `CLOUD_STORAGE_EMULATOR_ENDPOINT` (the plugin then sends no credentials), `STORAGE_EMULATOR_HOST` (google-cloud-storage,
-      under Beam's filesystem and `stat`) and `GOOGLE_APPLICATION_CREDENTIALS` naming a
-      placeholder with no secret in it, which spares Beam's search for credentials (about 20 s).
+      `CLOUD_STORAGE_EMULATOR_ENDPOINT` (the plugin then sends no credentials),
+      `STORAGE_EMULATOR_HOST` (google-cloud-storage, under Beam's filesystem and `stat`) and
+      `GOOGLE_APPLICATION_CREDENTIALS` naming a placeholder with no secret in it, which spares
+      Beam's search for credentials (about 20 s).
     - s3://: with an endpoint, `S3_ENDPOINT` (tensorflow-io's plugin; its scheme says http or
       https) and `AWS_ENDPOINT_URL_S3` (boto3, under Beam's filesystem and `stat`); with a
       region, `AWS_REGION` and `AWS_DEFAULT_REGION`; with path_style, boto3's addressing for
@@ -234,6 +237,11 @@ def configure(
         wanted["CLOUD_STORAGE_EMULATOR_ENDPOINT"] = gcs.endpoint
         wanted["STORAGE_EMULATOR_HOST"] = gcs.endpoint
         wanted["GOOGLE_APPLICATION_CREDENTIALS"] = _emulator_credentials_file()
+    # The AWS SDKs (tensorflow-io's S3 plugin's, and botocore) read these: three attempts in
+    # AWS's standard mode, not the plugin's default, which spent 102 s retrying one write to a
+    # store that was gone (2 s with these): a failed night fails fast and is retried whole.
+    for name, value in S3_RETRY_DEFAULTS.items():
+        wanted[name] = environ.get(name, value)
     if s3 is not None:
         if s3.endpoint:
             wanted["S3_ENDPOINT"] = s3.endpoint
@@ -344,8 +352,15 @@ def exists(path: str | os.PathLike) -> bool:
     uri = _remote(path)
     if uri is None:
         return os.path.exists(path)
-    with _store_errors(uri):
-        return _gfile().exists(uri)
+    # Through the store's client, not TensorFlow's: the S3 plugin answers False for a store
+    # it cannot reach, which would read as "no such version" to reconcile.
+    if not parse(uri).key.strip("/"):
+        return isdir(uri)
+    try:
+        stat(uri)
+        return True
+    except FileNotFoundError:
+        return isdir(uri)
 
 
 def isdir(path: str | os.PathLike) -> bool:
@@ -354,8 +369,11 @@ def isdir(path: str | os.PathLike) -> bool:
     uri = _remote(path)
     if uri is None:
         return os.path.isdir(path)
-    with _store_errors(uri):
-        return _gfile().isdir(uri)
+    location = parse(uri)
+    if not location.key.strip("/"):
+        return True  # the bucket itself
+    prefix = location.key.rstrip("/") + "/"
+    return bool(_list_names(uri, location.scheme, location.bucket, prefix, limit=1))
 
 
 def listdir(path: str | os.PathLike) -> list[str]:
@@ -369,21 +387,83 @@ def listdir(path: str | os.PathLike) -> list[str]:
 
 
 def glob(pattern: str | os.PathLike) -> list[str]:
-    """The paths matching `pattern` (`*`, `?` and `[...]` within one path segment), sorted.
+    """The paths matching `pattern` (`*`, `?` and `[...]` within one path segment, `**` across
+    segments), sorted.
 
-    A URI is matched by Beam's FileSystems: one listing of the prefix before the first wildcard
-    (TensorFlow's glob lists each folder in turn). On a store only objects match: a folder is no
-    object there (locally, a folder that matches is listed too).
+    A URI is matched on one listing of the prefix before the first wildcard, through the
+    store's own client (the one Beam's filesystems wrap), with a bounded number of retries, so
+    that a store gone away fails the caller within seconds (TensorFlow's glob lists each folder
+    in turn). On a store only objects match: a folder is no object there (locally, a folder that
+    matches is listed too).
     """
     uri = _remote(pattern)
     if uri is None:
         return sorted(local_glob.glob(os.fspath(pattern)))
+    location = parse(uri)
+    literal = re.split(r"[*?\[]", location.key, maxsplit=1)[0]
+    matcher = re.compile(_translate(location.key))
+    head = f"{location.scheme}://{location.bucket}/"
+    names = _list_names(uri, location.scheme, location.bucket, literal)
+    # Objects ending in '/' are folder markers, not files.
+    return sorted(head + n for n in names if not n.endswith("/") and matcher.fullmatch(n))
+
+
+def _translate(pattern: str) -> str:
+    """A glob pattern as a regular expression, as Beam's filesystems read one: `**` any
+    characters, `*` and `?` within one segment, `[...]` a character class."""
+    out, i = [], 0
+    while i < len(pattern):
+        char = pattern[i]
+        if pattern.startswith("**", i):
+            out.append(".*")
+            i += 2
+            continue
+        if char == "*":
+            out.append("[^/]*")
+        elif char == "?":
+            out.append("[^/]")
+        elif char == "[":
+            end = pattern.find("]", i + 1)
+            if end == -1:
+                out.append(re.escape(char))
+            else:
+                out.append("[" + pattern[i + 1 : end].replace("\\", "\\\\") + "]")
+                i = end
+        else:
+            out.append(re.escape(char))
+        i += 1
+    return "".join(out)
+
+
+def _list_names(
+    uri: str, scheme: str, bucket: str, prefix: str, limit: int | None = None
+) -> list[str]:
+    """The object names in `bucket` that start with `prefix` (at most `limit`), through the
+    store's client; OSError naming `uri` when the store does not answer."""
+    if scheme == "gs":
+        from google.api_core import exceptions
+
+        try:
+            client = _gcs_client(os.environ.get("STORAGE_EMULATOR_HOST"))
+            blobs = client.list_blobs(bucket, prefix=prefix, max_results=limit)
+            return [blob.name for blob in blobs]
+        except exceptions.GoogleAPICallError as err:
+            raise OSError(errno.EIO, f"{uri}: cannot list: {err}") from None
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    names: list[str] = []
+    paging = {"MaxItems": limit} if limit else {}
     try:
-        (result,) = _beam_filesystem(uri).match([uri])
-    except Exception as err:  # noqa: BLE001 - Beam wraps every store error in BeamIOError
+        pages = (
+            _s3()
+            .get_paginator("list_objects_v2")
+            .paginate(Bucket=bucket, Prefix=prefix, PaginationConfig=paging)
+        )
+        for page in pages:
+            names.extend(item["Key"] for item in page.get("Contents", []))
+    except (BotoCoreError, ClientError) as err:
         raise OSError(errno.EIO, f"{uri}: cannot list: {err}") from None
-    # Beam's `*` matches within a segment, as glob's; objects ending in '/' are folder markers.
-    return sorted(m.path for m in result.metadata_list if not m.path.endswith("/"))
+    return names[:limit] if limit else names
 
 
 def list_files(folder: str | os.PathLike) -> list[str]:
@@ -400,19 +480,6 @@ def list_files(folder: str | os.PathLike) -> list[str]:
         return sorted(found)
     prefix = uri.rstrip("/") + "/"
     return sorted(path[len(prefix) :] for path in glob(prefix + "**") if path.startswith(prefix))
-
-
-def _beam_filesystem(uri: str) -> Any:
-    """Beam's filesystem for the URI's store, with default pipeline options: its clients then
-    read the endpoints and region from the environment (`configure`). Made directly, not taken
-    from `FileSystems`, whose S3 filesystem needs the options of a running pipeline."""
-    from apache_beam.options.pipeline_options import PipelineOptions
-
-    if parse(uri).scheme == "gs":
-        from apache_beam.io.gcp.gcsfilesystem import GCSFileSystem as BeamFileSystem
-    else:
-        from apache_beam.io.aws.s3filesystem import S3FileSystem as BeamFileSystem
-    return BeamFileSystem(pipeline_options=PipelineOptions([]))
 
 
 def makedirs(path: str | os.PathLike) -> None:
@@ -556,10 +623,45 @@ def copy(source: str | os.PathLike, target: str | os.PathLike) -> None:
     if source_uri is None and target_uri is None:
         shutil.copyfile(source, target)
         return
+    if source_uri and target_uri and parse(source_uri).scheme == parse(target_uri).scheme:
+        _copy_in_store(source_uri, target_uri)
+        return
     where = source_uri or target_uri
     assert where is not None
     with _store_errors(where):
         _gfile().copy(os.fspath(source), os.fspath(target), overwrite=True)
+
+
+def _copy_in_store(source_uri: str, target_uri: str) -> None:
+    """A copy the store makes itself (no bytes through this process), through its client with
+    a bounded number of retries."""
+    source, target = parse(source_uri), parse(target_uri)
+    if source.scheme == "gs":
+        from google.api_core import exceptions
+
+        client = _gcs_client(os.environ.get("STORAGE_EMULATOR_HOST"))
+        try:
+            blob = client.bucket(source.bucket).blob(source.key)
+            client.bucket(source.bucket).copy_blob(blob, client.bucket(target.bucket), target.key)
+        except exceptions.NotFound:
+            raise FileNotFoundError(errno.ENOENT, "no such object", source_uri) from None
+        except exceptions.GoogleAPICallError as err:
+            raise OSError(errno.EIO, f"{target_uri}: cannot copy {source_uri}: {err}") from None
+        return
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    try:
+        _s3().copy_object(
+            Bucket=target.bucket,
+            Key=target.key,
+            CopySource={"Bucket": source.bucket, "Key": source.key},
+        )
+    except ClientError as err:
+        if err.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
+            raise FileNotFoundError(errno.ENOENT, "no such object", source_uri) from None
+        raise OSError(errno.EIO, f"{target_uri}: cannot copy {source_uri}: {err}") from None
+    except BotoCoreError as err:
+        raise OSError(errno.EIO, f"{target_uri}: cannot copy {source_uri}: {err}") from None
 
 
 def remove(path: str | os.PathLike) -> None:
@@ -673,7 +775,14 @@ def _s3_client(endpoint: str | None, region: str | None, path_style: bool) -> An
     import boto3
     from botocore.config import Config
 
-    config = Config(s3={"addressing_style": "path"}) if path_style else None
+    # A bounded number of quick retries: a store gone away fails the caller within seconds, and
+    # the run with it (it is retried whole), rather than hanging in backoff.
+    config = Config(
+        s3={"addressing_style": "path"} if path_style else {},
+        retries={"max_attempts": 3, "mode": "standard"},
+        connect_timeout=5,
+        read_timeout=60,
+    )
     return boto3.session.Session().client(
         "s3", endpoint_url=endpoint, region_name=region, config=config
     )

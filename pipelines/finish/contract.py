@@ -57,15 +57,34 @@ class Stop:
         return Outcome.BLOCKED if self.reason is Reason.DATA_GATE_BLOCKED else Outcome.FAILED
 
 
-def stop_of(error: BaseException) -> Stop:
+def stop_of(error: BaseException, paths: RunPaths | None = None) -> Stop:
     """The `Stop` of an exception a run raised. An error that knows its reason code (a class
     attribute `reason`: the data gate's `DataGateError`, a bad input file's `CsvInputError`)
-    is explained in words already and keeps its message; any other is a component that failed,
-    named by its type."""
+    is explained in words already and keeps its message; a bucket of the run's (`paths`) that
+    did not answer is named (TensorFlow's filesystems say only "couldn't connect"); any other
+    is a component that failed, named by its type."""
     reason = getattr(error, "reason", None)
     if isinstance(reason, Reason):
         return Stop(reason, str(error), getattr(error, "findings", None))
-    return Stop(Reason.COMPONENT_FAILED, f"{type(error).__name__}: {error}")
+    words = f"{type(error).__name__}: {error}"
+    if paths is not None and paths.uses_object_storage and _unreachable_store(error):
+        buckets = sorted(paths.buckets())
+        return Stop(
+            Reason.STORAGE_FAILED,
+            f"the object store holding {', '.join(buckets)} did not answer; nothing was "
+            f"published ({words})",
+        )
+    return Stop(Reason.COMPONENT_FAILED, words)
+
+
+# What TensorFlow's and the stores' clients say when a store cannot be reached.
+_UNREACHABLE = ("couldn't connect", "could not connect", "connection refused", "curlcode: 7",
+                "connection reset", "failed to connect", "endpoint url")  # fmt: skip
+
+
+def _unreachable_store(error: BaseException) -> bool:
+    text = f"{type(error).__name__}: {error}".lower()
+    return any(words in text for words in _UNREACHABLE)
 
 
 @dataclass

@@ -281,7 +281,7 @@ def execute(
         night=spans.date_of_span(span).isoformat()
         if span is not None and spec.data.dated_spans
         else None,
-        stop=stop_of(failure) if failure is not None else None,
+        stop=stop_of(failure, paths) if failure is not None else None,
         timings=progress.timings,
         pipeline_seconds=round(pipeline_seconds, 2),
     )

@@ -37,6 +37,7 @@ CONFIGURED = (
     "AWS_DEFAULT_REGION",
     storage.S3_PATH_STYLE_VARIABLE,
     *storage.GCS_PLUGIN_DEFAULTS,
+    *storage.S3_RETRY_DEFAULTS,
 )
 
 

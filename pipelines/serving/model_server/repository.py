@@ -31,6 +31,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from pipelines.core.object_path import AnyPath, ObjectPath, as_path
 from pipelines.serving.model_server.errors import CODE_NAMES, invalid_argument, not_found
 from pipelines.serving.model_server.metrics import ServerMetrics
 from pipelines.serving.model_server.servable import LoadError, Servable
@@ -80,13 +81,19 @@ class Snapshot:
     models: Mapping[str, ModelView] = field(default_factory=dict)
 
 
-def versions_on_disk(base_path: str | Path) -> dict[int, Path]:
-    """The version folders under `base_path`, by number (none when it does not exist)."""
-    base = Path(base_path)
+def versions_on_disk(base_path: str | Path) -> dict[int, AnyPath]:
+    """The version folders under `base_path`, by number (none when it does not exist). In a
+    bucket, a folder counts once its SavedModel graph is there: a push writes it after the
+    variables (pipelines.serving_state.versions), so a version is never loaded half-copied."""
+    base = as_path(base_path)
     try:
         entries = list(base.iterdir())
     except (FileNotFoundError, NotADirectoryError):
         return {}
+    if isinstance(base, ObjectPath):
+        return {
+            int(p.name): p for p in entries if p.name.isdigit() and (p / "saved_model.pb").is_file()
+        }
     return {int(p.name): p for p in entries if p.name.isdigit() and p.is_dir()}
 
 
@@ -101,8 +108,14 @@ def aspired_versions(source: ServedModel, on_disk: Mapping[int, Path]) -> set[in
     return {max(on_disk)}
 
 
-def _folder_signature(path: Path) -> tuple:
-    """Changes when a version folder is replaced or its SavedModel rewritten."""
+def _folder_signature(path: AnyPath) -> tuple:
+    """Changes when a version folder is replaced or its SavedModel rewritten (in a bucket: the
+    graph's generation or ETag, which a rewrite changes)."""
+    if isinstance(path, ObjectPath):
+        try:
+            return ((path / "saved_model.pb").stat().version,)
+        except FileNotFoundError:
+            return (None,)
     stamps = []
     for candidate in (path, path / "saved_model.pb", path / "variables"):
         try:

@@ -26,6 +26,8 @@ from typing import Any
 
 import numpy as np
 
+from pipelines.core import storage
+from pipelines.core.object_path import ObjectPath, as_path
 from pipelines.serving.model_server import json_tensor
 from pipelines.serving.model_server.errors import ServingError, from_tensorflow, invalid_argument
 
@@ -478,7 +480,9 @@ class Servable:
         with `batcher` (a batching.BatchScheduler) its signatures' calls are batched."""
         import tensorflow as tf
 
-        path = Path(path)
+        path = as_path(path)
+        if isinstance(path, ObjectPath):  # s3:// is tensorflow-io's, registered on first use
+            storage.register_tensorflow_filesystems()
         meta_graph = _meta_graph(path)
         try:
             loaded = tf.saved_model.load(str(path), tags=[SERVE_TAG])
