@@ -342,5 +342,6 @@ def test_conveyor_models_lists_every_version_without_importing_tensorflow(tmp_pa
     assert rows["2"][3] == "penguin-20261202T100000.000000Z"
     assert rows["2"][4] == "2025-11-10"  # span 20402, a night
     assert rows["2"][5] == "val_accuracy=0.92"
-    assert " ".join(rows["1"][-2:]) == "2026-12-01 10:00:00"
+    # The pushed-at time, then the model card column (no card: these pushes ran no pipeline).
+    assert " ".join(rows["1"][-3:-1]) == "2026-12-01 10:00:00" and rows["1"][-1] == "-"
     assert json.loads((pipeline.paths.serving_dir / "2" / versions.PUSH_RECORD).read_text())
