@@ -797,7 +797,8 @@ class DeploySpec(StrictModel):
         default=10,
         ge=0,
         le=100,
-        description="KServe: share of traffic the canary gets (`--target kserve`).",
+        description="Share of traffic the `canary` label's version gets while it differs from "
+        "`stable`'s: KServe's canaryTrafficPercent, or the tf-serving target's HTTPRoute weight.",
     )
 
 
@@ -1274,8 +1275,8 @@ class S3StorageSpec(StrictModel):
 
 class StorageSpec(StrictModel):
     """How gs:// and s3:// are reached, as `pipelines.core.storage.configure` sets it in a
-    process's environment (and so in the processes it starts). Conveyor's commands do not call
-    it yet, nor take URIs as paths: docs/storage.md."""
+    process's environment (and so in the processes it starts): every command that loads a spec
+    whose paths are in a bucket, or whose profile names an endpoint, calls it (docs/storage.md)."""
 
     gcs: GcsStorageSpec = Field(default=GcsStorageSpec(), description="Google Cloud Storage.")
     s3: S3StorageSpec = Field(default=S3StorageSpec(), description="S3 and S3-compatible stores.")
