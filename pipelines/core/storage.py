@@ -435,6 +435,17 @@ def _translate(pattern: str) -> str:
     return "".join(out)
 
 
+def answers(uri: str) -> bool:
+    """Whether the store holding `uri` answers a listing of its bucket now (a few quick
+    attempts): for telling a store gone away from another failure."""
+    location = parse(uri)
+    try:
+        _list_names(uri, location.scheme, location.bucket, "", limit=1)
+    except OSError:
+        return False
+    return True
+
+
 def _list_names(
     uri: str, scheme: str, bucket: str, prefix: str, limit: int | None = None
 ) -> list[str]:
@@ -648,20 +659,28 @@ def _copy_in_store(source_uri: str, target_uri: str) -> None:
         except exceptions.GoogleAPICallError as err:
             raise OSError(errno.EIO, f"{target_uri}: cannot copy {source_uri}: {err}") from None
         return
-    from botocore.exceptions import BotoCoreError, ClientError
-
-    try:
+    with _s3_errors(source_uri, f"{target_uri}: cannot copy {source_uri}"):
         _s3().copy_object(
             Bucket=target.bucket,
             Key=target.key,
             CopySource={"Bucket": source.bucket, "Key": source.key},
         )
+
+
+@contextlib.contextmanager
+def _s3_errors(uri: str, what: str) -> Iterator[None]:
+    """boto3's errors as Python's: a missing object (`uri`) is FileNotFoundError, anything
+    else an OSError that starts with `what`."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    try:
+        yield
     except ClientError as err:
         if err.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
-            raise FileNotFoundError(errno.ENOENT, "no such object", source_uri) from None
-        raise OSError(errno.EIO, f"{target_uri}: cannot copy {source_uri}: {err}") from None
+            raise FileNotFoundError(errno.ENOENT, "no such object", uri) from None
+        raise OSError(errno.EIO, f"{what}: {err}") from None
     except BotoCoreError as err:
-        raise OSError(errno.EIO, f"{target_uri}: cannot copy {source_uri}: {err}") from None
+        raise OSError(errno.EIO, f"{what}: {err}") from None
 
 
 def remove(path: str | os.PathLike) -> None:
@@ -798,16 +817,8 @@ def _s3() -> Any:
 
 
 def _stat_s3(uri: str, location: Location) -> ObjectStat:
-    from botocore.exceptions import BotoCoreError, ClientError
-
-    try:
+    with _s3_errors(uri, uri):
         head = _s3().head_object(Bucket=location.bucket, Key=location.key)
-    except ClientError as err:
-        if err.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
-            raise FileNotFoundError(errno.ENOENT, "no such object", uri) from None
-        raise OSError(errno.EIO, f"{uri}: {err}") from None
-    except BotoCoreError as err:
-        raise OSError(errno.EIO, f"{uri}: {err}") from None
     modified = head.get("LastModified")
     return ObjectStat(
         uri,
@@ -848,6 +859,7 @@ def _exit_without_static_destructors() -> None:
 __all__ = [
     "SCHEMES",
     "Location",
+    "answers",
     "ObjectStat",
     "Settings",
     "StorageError",

@@ -29,6 +29,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from pipelines.core import storage
 from pipelines.core.events import emit, structured
 from pipelines.core.failpoints import failpoint
 from pipelines.core.metadata import find_output, find_run, open_store, read_run_artifacts
@@ -60,31 +61,23 @@ class Stop:
 def stop_of(error: BaseException, paths: RunPaths | None = None) -> Stop:
     """The `Stop` of an exception a run raised. An error that knows its reason code (a class
     attribute `reason`: the data gate's `DataGateError`, a bad input file's `CsvInputError`)
-    is explained in words already and keeps its message; a bucket of the run's (`paths`) that
-    did not answer is named (TensorFlow's filesystems say only "couldn't connect"); any other
-    is a component that failed, named by its type."""
+    is explained in words already and keeps its message; when a bucket of the run's (`paths`)
+    does not answer now, the stop is that bucket's; any other is a component that failed,
+    named by its type."""
     reason = getattr(error, "reason", None)
     if isinstance(reason, Reason):
         return Stop(reason, str(error), getattr(error, "findings", None))
     words = f"{type(error).__name__}: {error}"
-    if paths is not None and paths.uses_object_storage and _unreachable_store(error):
-        buckets = sorted(paths.buckets())
-        return Stop(
-            Reason.STORAGE_FAILED,
-            f"the object store holding {', '.join(buckets)} did not answer; nothing was "
-            f"published ({words})",
-        )
+    if paths is not None and paths.uses_object_storage:
+        # TensorFlow's filesystems say only "couldn't connect" or a curl code: whether a bucket
+        # is what failed is asked of the buckets themselves, now.
+        silent = [bucket for bucket in sorted(paths.buckets()) if not storage.answers(bucket)]
+        if silent:
+            return Stop(
+                Reason.STORAGE_FAILED,
+                f"the object store holding {', '.join(silent)} did not answer ({words})",
+            )
     return Stop(Reason.COMPONENT_FAILED, words)
-
-
-# What TensorFlow's and the stores' clients say when a store cannot be reached.
-_UNREACHABLE = ("couldn't connect", "could not connect", "connection refused", "curlcode: 7",
-                "connection reset", "failed to connect", "endpoint url")  # fmt: skip
-
-
-def _unreachable_store(error: BaseException) -> bool:
-    text = f"{type(error).__name__}: {error}".lower()
-    return any(words in text for words in _UNREACHABLE)
 
 
 @dataclass
