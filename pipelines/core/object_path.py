@@ -314,6 +314,8 @@ def under(base: AnyPath, relative_or_uri: str) -> AnyPath:
     """`relative_or_uri` under `base` when relative; a URI (or an absolute path) stands alone."""
     if storage.is_remote(relative_or_uri):
         return ObjectPath(relative_or_uri)
+    if os.path.isabs(relative_or_uri):
+        return Path(relative_or_uri)  # a local folder, even under a workdir in a bucket
     return base / relative_or_uri
 
 
