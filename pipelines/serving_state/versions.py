@@ -43,8 +43,9 @@ SAVED_MODEL_GRAPH = "saved_model.pb"  # what TF Serving's SavedModel loader read
 # Folders under a base path, local or in a bucket.
 
 
-def _folders(base_dir: str) -> list[str]:
-    """The names of the folders directly under `base_dir` ([] when there is none)."""
+def _folders(base_dir: str, links: bool = True) -> list[str]:
+    """The names of the folders directly under `base_dir` ([] when there is none); locally,
+    with `links` False, not a link to a folder (never deleted through)."""
     if storage.is_remote(base_dir):
         if not storage.isdir(base_dir):
             return []
@@ -52,7 +53,8 @@ def _folders(base_dir: str) -> list[str]:
     if not os.path.isdir(base_dir):
         return []
     paths = {name: os.path.join(base_dir, name) for name in os.listdir(base_dir)}
-    return [n for n, path in paths.items() if os.path.isdir(path) and not os.path.islink(path)]
+    wanted = [n for n, path in paths.items() if os.path.isdir(path)]
+    return wanted if links else [n for n in wanted if not os.path.islink(paths[n])]
 
 
 def _publication_order(files: list[str]) -> list[str]:
@@ -261,7 +263,11 @@ def retire_old_versions(base_dir: str, keep: int, protected: set[int] = frozense
 def leftovers(base_dir: str) -> list[str]:
     """Folders a killed push or retention left behind: hidden staging and retired copies, and
     in a bucket a version folder a killed push left without its push record."""
-    hidden = [n for n in _folders(base_dir) if n.startswith((INCOMING_PREFIX, RETIRED_PREFIX))]
+    hidden = [
+        n
+        for n in _folders(base_dir, links=False)
+        if n.startswith((INCOMING_PREFIX, RETIRED_PREFIX))
+    ]
     return sorted(hidden + [str(v) for v in incomplete_versions(base_dir)])
 
 
