@@ -319,14 +319,9 @@ def under(base: AnyPath, relative_or_uri: str) -> AnyPath:
     return base / relative_or_uri
 
 
-def remove_tree(path: AnyPath) -> None:
-    """Removes a folder and everything under it, local or on a store."""
-    storage.remove_tree(str(path))
-
-
 def copy_file(source: AnyPath, target: AnyPath) -> None:
     """Copies one file between any two of local disk, gs:// and s3://."""
     storage.copy(str(source), str(target))
 
 
-__all__ = ["AnyPath", "ObjectPath", "as_path", "copy_file", "remove_tree", "under"]
+__all__ = ["AnyPath", "ObjectPath", "as_path", "copy_file", "under"]

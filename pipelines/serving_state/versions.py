@@ -110,22 +110,27 @@ def model_digest(model_dir: str) -> str:
     return digest.hexdigest()
 
 
+def _numbered_folders(base_dir: str) -> tuple[list[int], list[int]]:
+    """(complete, incomplete) integer folders under a base path, ascending. Locally every one
+    is complete (a version appears by one rename); in a bucket one is complete once its push
+    record, the last object a push writes, is there."""
+    numbered = sorted(int(name) for name in _folders(base_dir) if name.isdigit())
+    if not storage.is_remote(base_dir):
+        return numbered, []
+    recorded = {v for v in numbered if storage.exists(storage.join(base_dir, str(v), PUSH_RECORD))}
+    return [v for v in numbered if v in recorded], [v for v in numbered if v not in recorded]
+
+
 def served_versions(base_dir: str) -> list[int]:
     """Integer version directories under a TF Serving model base path, ascending; in a bucket
     only those whose push record is there (the last object a push writes)."""
-    numbered = sorted(int(name) for name in _folders(base_dir) if name.isdigit())
-    if storage.is_remote(base_dir):
-        return [v for v in numbered if storage.exists(storage.join(base_dir, str(v), PUSH_RECORD))]
-    return numbered
+    return _numbered_folders(base_dir)[0]
 
 
 def incomplete_versions(base_dir: str) -> list[int]:
     """Integer folders in a bucket without their push record: what a push killed while it
     copied left ([] on a local disk, where a version appears by one rename)."""
-    if not storage.is_remote(base_dir):
-        return []
-    numbered = sorted(int(name) for name in _folders(base_dir) if name.isdigit())
-    return [v for v in numbered if v not in served_versions(base_dir)]
+    return _numbered_folders(base_dir)[1]
 
 
 def served_as(base_dir: str, digest: str) -> int | None:
@@ -186,9 +191,8 @@ def publish(
 def _next_version(base_dir: str) -> int:
     # A rolled-back version's number stays taken: a model server or a client that knew it must
     # never find another model under it; so does a bucket's incomplete one until reconciled.
-    taken = (
-        served_versions(base_dir) + rolled_back_versions(base_dir) + incomplete_versions(base_dir)
-    )
+    complete, incomplete = _numbered_folders(base_dir)
+    taken = complete + incomplete + rolled_back_versions(base_dir)
     return max(taken) + 1 if taken else 1
 
 

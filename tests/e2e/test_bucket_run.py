@@ -16,7 +16,6 @@ filesystem that honours an emulator crashes TensorFlow on reads (docs/storage.md
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import uuid
@@ -131,10 +130,11 @@ def test_an_unchanged_rerun_answers_from_the_objects_metadata(bucket_night):
     assert "serving version 1" in again.stdout
 
 
-def test_conveyor_serve_serves_version_1_from_the_bucket(bucket_night, tmp_path):
+def test_conveyor_serve_serves_version_1_from_the_bucket(bucket_night, tmp_path, monkeypatch):
     runs, _ = bucket_night
-    command = runs.argv("serve")
-    with _environ(runs.environ), serving([], tmp_path, command=command) as server:
+    for name, value in runs.environ.items():  # the server process inherits them
+        monkeypatch.setenv(name, value)
+    with serving([], tmp_path, command=runs.argv("serve")) as server:
         status = server.get("/v1/models/penguin").json()
         assert status["model_version_status"][0]["version"] == "1"
         answer = server.post(
@@ -199,18 +199,3 @@ def test_the_store_gone_mid_push_fails_naming_it_and_the_next_run_repairs(
     assert "PUSHED: " in repaired.stdout, _out(repaired)
     assert storage.listdir(serving_dir) == ["1", "2"]  # the staged copy was removed
     assert json.loads(storage.read_text(f"{serving_dir}/2/conveyor_push.json"))["version"] == 2
-
-
-class _environ:
-    """This process's environment set to `values` for a block (the server inherits it)."""
-
-    def __init__(self, values: dict[str, str]):
-        self._values, self._saved = values, None
-
-    def __enter__(self):
-        self._saved = dict(os.environ)
-        os.environ.update(self._values)
-
-    def __exit__(self, *exc):
-        os.environ.clear()
-        os.environ.update(self._saved)
