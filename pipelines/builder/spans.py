@@ -9,11 +9,12 @@ command line agree on what "the night of 2026-11-28" is (span 20785).
 from __future__ import annotations
 
 import datetime
-import glob
+import os
 import re
 import zoneinfo
-from pathlib import Path
 
+from pipelines.core import storage
+from pipelines.core.object_path import AnyPath, as_path
 from pipelines.spec.models import PipelineSpec
 
 EPOCH = datetime.date(1970, 1, 1)  # tfx.components.example_gen.utils.UNIX_EPOCH_DATE
@@ -96,19 +97,26 @@ def _substitute(pattern: str, span: int, dated: bool) -> str:
     )
 
 
-def span_glob(spec: PipelineSpec, input_dir: Path, span: int) -> str:
+def span_glob(spec: PipelineSpec, input_dir: AnyPath, span: int) -> str:
     """The glob (absolute) of one span's files."""
     pattern = str(spec.data.span_pattern)
     return str(input_dir / _substitute(pattern, span, spec.data.dated_spans))
 
 
-def span_files(spec: PipelineSpec, input_dir: Path, span: int) -> list[Path]:
-    """The files of one span under `input_dir`, sorted: what ExampleGen ingests for it, and
-    so what the reader choice sizes and the run fingerprint digests (none: no data that night)."""
-    return sorted(Path(p) for p in glob.glob(span_glob(spec, input_dir, span)) if Path(p).is_file())
+def span_files(spec: PipelineSpec, input_dir: AnyPath, span: int) -> list[AnyPath]:
+    """The files of one span under `input_dir` (a folder, or a prefix in a bucket), sorted:
+    what ExampleGen ingests for it, and so what the reader choice sizes and the run fingerprint
+    digests (none: no data that night)."""
+    return [as_path(p) for p in _files(span_glob(spec, input_dir, span))]
 
 
-def available_spans(spec: PipelineSpec, input_dir: Path) -> list[int]:
+def _files(pattern: str) -> list[str]:
+    """The files matching `pattern`, sorted. In a bucket everything a glob answers is an
+    object, so a file (no stat each); on disk a folder that matches is dropped."""
+    return [p for p in storage.glob(pattern) if storage.is_remote(p) or os.path.isfile(p)]
+
+
+def available_spans(spec: PipelineSpec, input_dir: AnyPath) -> list[int]:
     """Span numbers that have at least one file, ascending (what ExampleGen would find)."""
     pattern = str(spec.data.span_pattern)
     dated = spec.data.dated_spans
@@ -125,9 +133,9 @@ def available_spans(spec: PipelineSpec, input_dir: Path) -> list[int]:
     for placeholder in ("{YYYY}", "{MM}", "{DD}", "{SPAN}"):
         wildcard = wildcard.replace(placeholder, "*")
     spans = set()
-    for path in glob.glob(str(input_dir / wildcard)):
+    for path in _files(str(input_dir / wildcard)):
         match = re.fullmatch(regex, path)
-        if not match or not Path(path).is_file():
+        if not match:
             continue
         if dated:
             try:
@@ -140,17 +148,17 @@ def available_spans(spec: PipelineSpec, input_dir: Path) -> list[int]:
     return sorted(spans)
 
 
-def prepared_file(spec: PipelineSpec, input_dir: Path, span: int, filename: str) -> Path:
+def prepared_file(spec: PipelineSpec, input_dir: AnyPath, span: int, filename: str) -> AnyPath:
     """Where `conveyor data` writes a span's file: the pattern's file, or `filename` in its
     directory when the pattern's last part is a wildcard."""
-    substituted = Path(span_glob(spec, input_dir, span))
+    substituted = as_path(span_glob(spec, input_dir, span))
     if any(c in substituted.name for c in "*?["):
         return substituted.parent / filename
     return substituted
 
 
 def resolve_span(
-    spec: PipelineSpec, input_dir: Path, night: datetime.date | None, span: int | None
+    spec: PipelineSpec, input_dir: AnyPath, night: datetime.date | None, span: int | None
 ) -> int | None:
     """The span a run processes: the night's, the one given, or the latest with data.
 

@@ -1,6 +1,7 @@
 """Spans: TFX's date-to-span rule, finding a night's files, and the errors for a missing night."""
 
 import datetime
+from pathlib import Path
 
 import pytest
 
@@ -55,4 +56,4 @@ def test_prepared_file_goes_into_the_nights_directory(taxi, tmp_path):
 def test_a_spec_without_spans_refuses_a_date():
     penguin = load_spec("penguin").spec
     with pytest.raises(spans.SpanError, match="need data.span_pattern"):
-        spans.resolve_span(penguin, spans.Path("."), datetime.date(2026, 1, 1), None)
+        spans.resolve_span(penguin, Path("."), datetime.date(2026, 1, 1), None)

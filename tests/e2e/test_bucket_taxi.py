@@ -1,0 +1,127 @@
+"""Two nights of taxi with everything in an S3 bucket (moto's server on 127.0.0.1): the dated
+spans, the pipeline root, serving and the run records. Taxi is what penguin is not: dated span
+folders found by listing the bucket, an inferred schema, a drift gate against the last
+accepted span, a training window of spans and a warm start from the served model, each resolved
+from what the first night left in the bucket.
+
+- night 1 pushes version 1 into the bucket;
+- night 2 reads its own span, is judged for drift against night 1's statistics, trains on both
+  spans starting from the model of version 1, is compared with that model by the model gate, and
+  pushes version 2 beside version 1, or holds it back.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import uuid
+
+import pytest
+
+from pipelines.core import metadata, storage
+from pipelines.core.metadata.artifacts import read_run_artifacts
+from pipelines.core.paths import FRAMEWORK_ROOT, RunPaths
+from pipelines.spec.loading import load_spec
+from tests.storage_emulators import S3_BUCKET, S3_REGION
+
+pytestmark = pytest.mark.e2e
+
+NIGHTS = ("2026-11-27", "2026-11-28")
+RUN_SECONDS = 900
+
+
+@pytest.fixture(scope="module")
+def two_nights(storage_emulators, tmp_path_factory):
+    """Both nights' data written into the bucket, then each night run in order."""
+    workdir = f"s3://{S3_BUCKET}/taxi-{uuid.uuid4().hex[:8]}"
+    environ = {
+        **storage_emulators.environment(),
+        "CONVEYOR_STATE_DIR": str(tmp_path_factory.mktemp("local-state")),
+    }
+
+    def conveyor(command: str, *extra: str) -> subprocess.CompletedProcess:
+        argv = [
+            sys.executable, "-m", "pipelines.cli", command, "taxi", "--profile", "ci",
+            "--workdir", workdir,
+            "--set", f"runtime.storage.s3.endpoint={storage_emulators.s3_endpoint}",
+            "--set", f"runtime.storage.s3.region={S3_REGION}",
+            "--set", "runtime.storage.s3.path_style=true",
+            *extra,
+        ]  # fmt: skip
+        return subprocess.run(
+            argv, cwd=FRAMEWORK_ROOT, env=environ, capture_output=True, text=True,
+            timeout=RUN_SECONDS,
+        )  # fmt: skip
+
+    for night in NIGHTS:
+        prepared = conveyor("data", "--date", night)
+        assert prepared.returncode == 0, _out(prepared)
+    nights = [conveyor("run", "--date", night) for night in NIGHTS]
+
+    def nodes_of(summary: dict) -> dict:
+        """The run's nodes and the artifacts each read and wrote, from the local metadata."""
+        monkeypatch = pytest.MonkeyPatch()
+        monkeypatch.setenv("CONVEYOR_STATE_DIR", environ["CONVEYOR_STATE_DIR"])
+        try:
+            loaded = load_spec("taxi", env="ci")
+            paths = RunPaths(workdir=workdir, spec=loaded.spec)
+            store = metadata.open_store(loaded.spec, paths.metadata_path)
+            return read_run_artifacts(store, summary["run_id"])
+        finally:
+            monkeypatch.undo()
+
+    return workdir, nights, nodes_of
+
+
+def _out(result) -> str:
+    return f"exit {result.returncode}\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+
+
+def _summary(workdir: str, result) -> dict:
+    (run_dir,) = [line.split(": ", 1)[1] for line in result.stdout.splitlines() if
+                  line.startswith("run record: ")]  # fmt: skip
+    assert run_dir.startswith(f"{workdir}/runs/taxi/"), run_dir
+    return json.loads(storage.read_text(f"{run_dir}/summary.json"))
+
+
+def test_night_1_pushes_version_1_into_the_bucket(two_nights):
+    workdir, (first, _), _ = two_nights
+    assert first.returncode == 0, _out(first)
+    assert "PUSHED: " in first.stdout, _out(first)
+    summary = _summary(workdir, first)
+    assert summary["outcome"] == "pushed" and summary["pushed_version"] == "1", summary
+    assert summary["span"] == 20784  # 2026-11-27, days since 1970-01-01
+    assert storage.exists(f"{workdir}/serving/taxi/1/saved_model.pb")
+
+
+def test_night_2_is_judged_against_night_1_and_learns_from_both_spans(two_nights):
+    workdir, (first, second), nodes_of = two_nights
+    assert second.returncode == 0, _out(second)
+    summary = _summary(workdir, second)
+    assert summary["span"] == 20785, summary
+    assert summary["outcome"] in ("pushed", "not_pushed"), summary
+    night_1, night_2 = nodes_of(_summary(workdir, first)), nodes_of(summary)
+
+    def output(nodes, node_id, key):
+        return nodes[node_id].output(key).uri
+
+    # Tonight's examples are night 2's span, read from the bucket's dated folder.
+    tonight = night_2["csv_example_gen"].output("examples")
+    assert tonight.get("span") == 20785 and tonight.uri.startswith(f"{workdir}/pipeline_root/")
+    # The drift gate compares tonight's statistics with night 1's, the last accepted span.
+    gate = night_2["data_gate"]
+    assert gate.input("previous_statistics").uri == output(night_1, "statistics_gen", "statistics")
+    # The window: both nights' examples; the warm start and the model gate's baseline: the
+    # model night 1 pushed.
+    trainer = night_2["trainer"]
+    assert sorted(e.get("span") for e in trainer.inputs["examples"]) == [20784, 20785]
+    served_model = output(night_1, "trainer", "model")
+    assert trainer.input("base_model").uri == served_model
+    assert night_2["evaluator"].input("baseline_model").uri == served_model
+    assert storage.exists(f"{workdir}/serving/taxi/1/saved_model.pb")  # still there, served
+    if summary["outcome"] == "pushed":
+        assert summary["pushed_version"] == "2"
+        assert storage.exists(f"{workdir}/serving/taxi/2/saved_model.pb")
+    else:
+        assert not storage.exists(f"{workdir}/serving/taxi/2/saved_model.pb")
