@@ -17,7 +17,8 @@ A working directory holds, per pipeline `NAME`:
     <workdir>/runs/NAME/latest_outcome.json     the last final outcome (unspanned pipelines)
     <workdir>/runs/NAME/nights/span-<n>.json    the last final outcome of each span
     <workdir>/runs/NAME/cron.log                what the crontab entry's runs print
-    <workdir>/runs/NAME/.lock, .lock.owner      the one run at a time, and who it is
+    <workdir>/runs/NAME/.lock, .lock.owner      the one run at a time, and who it is (in a
+                                                bucket: one object, held by a lease)
     <workdir>/compiled/{kubeflow,airflow}/      what `conveyor compile` writes
 """
 
@@ -58,7 +59,7 @@ REPORT_FILE = "report.html"
 LATEST_OUTCOME = "latest_outcome.json"
 NIGHTS_DIR = "nights"
 CRON_LOG = "cron.log"
-RUN_LOCK = ".lock"  # and RUN_LOCK + ".owner": who holds it
+RUN_LOCK = ".lock"  # and locally RUN_LOCK + ".owner": who holds it
 DEFAULT_WORKDIR = ".conveyor"
 
 
@@ -71,8 +72,8 @@ def default_workdir(explicit: str | os.PathLike | None = None) -> AnyPath:
 
 
 # Where the state that cannot live in a bucket is kept when the workdir is one: the SQLite
-# metadata file (SQLite needs a local disk) and the lock file of one run at a time on this
-# machine. A bucket shared by several machines needs the MySQL metadata store instead.
+# metadata file (SQLite needs a local disk), the crontab's log and the run's log as it is
+# written. A bucket shared by several machines needs the MySQL metadata store instead.
 STATE_DIR_VARIABLE = "CONVEYOR_STATE_DIR"
 
 
@@ -259,9 +260,16 @@ class RunPaths:
 
     @property
     def lock_file(self) -> Path:
-        """Held by the one run (or backfill) of this pipeline under this workdir at a time; a
-        local file, under the local state folder when the workdir is a bucket."""
+        """Held by the one run (or backfill) of this pipeline under this workdir at a time, when
+        the workdir is local (a local file; see `lock_object` for a workdir in a bucket)."""
         return runs_root(self.state_dir) / self.spec.name / RUN_LOCK
+
+    @property
+    def lock_object(self) -> AnyPath:
+        """The lock of one run at a time when the workdir is a bucket: an object beside the
+        run folders, `<workdir>/runs/<pipeline>/.lock`, shared by every machine that runs the
+        pipeline there (`pipelines.core.lease_lock`)."""
+        return self.runs_dir / RUN_LOCK
 
     def compiled_output(self, target: str) -> Path:
         """The default file `conveyor compile` writes for `target` (kubeflow or airflow)."""

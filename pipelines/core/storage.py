@@ -829,6 +829,186 @@ def _stat_s3(uri: str, location: Location) -> ObjectStat:
     )
 
 
+# ---------------------------------------------------------------------------------------------
+# Conditional writes: what a lock in a bucket (pipelines.core.lease_lock) is built on
+#
+# Both stores apply a write or a delete only if the object is in the state the request names,
+# atomically, and answer 412 Precondition Failed otherwise: S3's `If-None-Match: *` (create)
+# and `If-Match: ETAG` (replace, delete), GCS's `ifGenerationMatch` (0: create). See
+# https://docs.aws.amazon.com/AmazonS3/latest/userguide/conditional-writes.html,
+# https://docs.aws.amazon.com/AmazonS3/latest/userguide/conditional-deletes.html and
+# https://cloud.google.com/storage/docs/request-preconditions. A version here is opaque: S3's
+# ETag as the store gives it (quotes included), GCS's generation as a string. On S3 a rewrite
+# with the same bytes keeps its ETag, so a caller that needs each write to be a new version
+# writes different bytes each time.
+
+
+class ObjectChanged(StorageError):
+    """A conditional write or delete the store refused: the object was there where it was to be
+    created, or is not (or no longer) the version the caller named. The message names it."""
+
+
+@dataclasses.dataclass(frozen=True)
+class VersionedBytes:
+    """An object's content and the version it was read at, from one answer of the store."""
+
+    data: bytes
+    version: str
+
+
+# What S3 answers for a condition that did not hold: 412, or 409 when a conditional write races
+# another upload of the same key; and for an object that is gone (If-Match on a missing key).
+_S3_CONDITION_CODES = ("PreconditionFailed", "412", "ConditionalRequestConflict", "409")
+_S3_MISSING_CODES = ("404", "NoSuchKey", "NotFound")
+
+
+def read_with_version(uri: str) -> VersionedBytes:
+    """The content of the object `uri` and its version (FileNotFoundError when there is none)."""
+    location = _conditional_location(uri)
+    if location.scheme == "s3":
+        with _s3_errors(uri, f"{uri}: cannot read"):
+            answer = _s3().get_object(Bucket=location.bucket, Key=location.key)
+            return VersionedBytes(answer["Body"].read(), answer["ETag"])
+    from google.api_core import exceptions
+
+    bucket = _gcs_client(os.environ.get("STORAGE_EMULATOR_HOST")).bucket(location.bucket)
+    for _ in range(3):  # metadata and content are two requests: retried if it changed between
+        try:
+            found = bucket.get_blob(location.key)
+            if found is None:
+                break
+            # Downloaded through a blob of the client's own endpoint: the metadata's media link
+            # is the store's word for where it is, which an emulator may get wrong.
+            data = bucket.blob(location.key).download_as_bytes(if_generation_match=found.generation)
+            return VersionedBytes(data, str(found.generation))
+        except (exceptions.NotFound, exceptions.PreconditionFailed):
+            continue
+        except _gcs_failures() as err:
+            raise OSError(errno.EIO, f"{uri}: cannot read: {err}") from None
+    raise FileNotFoundError(errno.ENOENT, "no such object", uri)
+
+
+def create_if_absent(uri: str, data: bytes) -> str:
+    """Writes the object `uri` only if there is none; returns its version.
+
+    Raises:
+      ObjectChanged: the object exists (its content is left as it was).
+    """
+    location = _conditional_location(uri)
+    refused = f"{uri} exists: not created"
+    if location.scheme == "s3":
+        with _s3_conditions(uri, refused, refused):
+            answer = _s3().put_object(
+                Bucket=location.bucket, Key=location.key, Body=data, IfNoneMatch="*"
+            )
+        return answer["ETag"]
+    return _gcs_conditional_upload(uri, location, data, 0, refused, refused)
+
+
+def replace_if_unchanged(uri: str, data: bytes, version: str) -> str:
+    """Overwrites the object `uri` only if it is still at `version`; returns the new version.
+
+    Raises:
+      ObjectChanged: the object is at another version, or gone.
+    """
+    location = _conditional_location(uri)
+    changed = f"{uri} is no longer at version {version}: not replaced"
+    gone = f"{uri} is gone: not replaced"
+    if location.scheme == "s3":
+        with _s3_conditions(uri, changed, gone):
+            answer = _s3().put_object(
+                Bucket=location.bucket, Key=location.key, Body=data, IfMatch=version
+            )
+        return answer["ETag"]
+    return _gcs_conditional_upload(uri, location, data, int(version), changed, gone)
+
+
+def delete_if_unchanged(uri: str, version: str) -> None:
+    """Deletes the object `uri` only if it is still at `version`.
+
+    Raises:
+      ObjectChanged: the object is at another version, or gone.
+    """
+    location = _conditional_location(uri)
+    changed = f"{uri} is no longer at version {version}: not deleted"
+    gone = f"{uri} is gone: not deleted"
+    if location.scheme == "s3":
+        with _s3_conditions(uri, changed, gone):
+            _s3().delete_object(Bucket=location.bucket, Key=location.key, IfMatch=version)
+        return
+    from google.api_core import exceptions
+
+    blob = (
+        _gcs_client(os.environ.get("STORAGE_EMULATOR_HOST"))
+        .bucket(location.bucket)
+        .blob(location.key)
+    )
+    try:
+        blob.delete(if_generation_match=int(version))
+    except exceptions.PreconditionFailed:
+        raise ObjectChanged(changed) from None
+    except exceptions.NotFound:
+        raise ObjectChanged(gone) from None
+    except _gcs_failures() as err:
+        raise OSError(errno.EIO, f"{uri}: cannot delete: {err}") from None
+
+
+def _conditional_location(uri: str) -> Location:
+    location = parse(uri)
+    if not location.remote or not location.key:
+        raise StorageError(f"{uri!r}: conditional writes are for an object in a store ({DOCS}).")
+    return location
+
+
+@contextlib.contextmanager
+def _s3_conditions(uri: str, changed: str, gone: str) -> Iterator[None]:
+    """boto3's answers to a conditional request: a condition that did not hold is
+    ObjectChanged (`changed`, or `gone` for a missing object), anything else an OSError."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    try:
+        yield
+    except ClientError as err:
+        code = err.response.get("Error", {}).get("Code")
+        if code in _S3_CONDITION_CODES:
+            raise ObjectChanged(changed) from None
+        if code in _S3_MISSING_CODES:
+            raise ObjectChanged(gone) from None
+        raise OSError(errno.EIO, f"{uri}: {err}") from None
+    except BotoCoreError as err:
+        raise OSError(errno.EIO, f"{uri}: {err}") from None
+
+
+def _gcs_conditional_upload(
+    uri: str, location: Location, data: bytes, generation: int, changed: str, gone: str
+) -> str:
+    from google.api_core import exceptions
+
+    blob = (
+        _gcs_client(os.environ.get("STORAGE_EMULATOR_HOST"))
+        .bucket(location.bucket)
+        .blob(location.key)
+    )
+    try:
+        blob.upload_from_string(data, if_generation_match=generation)
+    except exceptions.PreconditionFailed:
+        raise ObjectChanged(changed) from None
+    except exceptions.NotFound:  # a replace of an object that is gone
+        raise ObjectChanged(gone) from None
+    except _gcs_failures() as err:
+        raise OSError(errno.EIO, f"{uri}: cannot write: {err}") from None
+    return str(blob.generation)
+
+
+def _gcs_failures() -> tuple[type[Exception], ...]:
+    """What google-cloud-storage raises for a store that answered with an error, or did not
+    answer at all (its transport's connection errors are not API errors)."""
+    import requests
+    from google.api_core import exceptions
+
+    return (exceptions.GoogleAPICallError, requests.exceptions.RequestException)
+
+
 @functools.cache
 def _exit_without_static_destructors() -> None:
     """Makes this process end without running C++ static destructors, keeping its exit status.
@@ -859,6 +1039,8 @@ def _exit_without_static_destructors() -> None:
 __all__ = [
     "SCHEMES",
     "Location",
+    "ObjectChanged",
+    "VersionedBytes",
     "answers",
     "ObjectStat",
     "Settings",
@@ -866,6 +1048,8 @@ __all__ = [
     "check",
     "configure",
     "copy",
+    "create_if_absent",
+    "delete_if_unchanged",
     "exists",
     "glob",
     "is_remote",
@@ -878,9 +1062,11 @@ __all__ = [
     "parse",
     "read_bytes",
     "read_text",
+    "read_with_version",
     "register_tensorflow_filesystems",
     "remove",
     "remove_tree",
+    "replace_if_unchanged",
     "stat",
     "write_bytes",
     "write_text",

@@ -27,6 +27,7 @@ import json
 import os
 import shlex
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -38,7 +39,8 @@ from typing import TYPE_CHECKING
 from filelock import FileLock, Timeout
 
 from pipelines.builder import spans
-from pipelines.core.object_path import as_path
+from pipelines.core.events import emit
+from pipelines.core.object_path import ObjectPath, as_path
 from pipelines.core.outcome import EXIT_BUSY, Outcome, PipelineBusy, Reason, RunResult
 from pipelines.core.paths import CRON_LOG, RunPaths, runs_root
 from pipelines.core.project import find_project
@@ -76,33 +78,57 @@ def owner_file(lock_file: Path) -> Path:
     return lock_file.with_name(lock_file.name + ".owner")
 
 
-def lock_holder(lock_file: Path) -> str:
-    """Who holds `lock_file`, as its owner file tells it, for 'waiting for ...' and errors."""
+def lock_holder(lock: Path | ObjectPath) -> str:
+    """Who holds `lock`, as its owner file (or, in a bucket, the lock object) tells it, for
+    'waiting for ...' and errors."""
+    if isinstance(lock, ObjectPath):
+        try:
+            holder = _lease(lock).holder()
+        except OSError as err:
+            return f"another run (its lock object could not be read: {err})"
+        if holder is None:
+            return "another run (which has just released it)"
+        return _described(holder.owner, f"no owner recorded in {lock.name}")
     try:
-        owner = json.loads(owner_file(lock_file).read_text())
+        owner = json.loads(owner_file(lock).read_text())
+    except (OSError, ValueError):
+        owner = {}
+    # Without one, the holder has just taken the lock and not yet written its owner file.
+    return _described(owner, f"no owner recorded in {owner_file(lock).name} yet")
+
+
+def _described(owner: object, missing: str) -> str:
+    try:
         return (
             f"{owner['what']} (pid {owner['pid']} on {owner['host']}, started "
             f"{owner['started']}: `{owner['command']}`)"
         )
-    except (OSError, ValueError, KeyError, TypeError):
-        # The holder has just taken the lock and not yet written its owner file.
-        return f"another run (no owner recorded in {owner_file(lock_file).name} yet)"
+    except (KeyError, TypeError):
+        return f"another run ({missing})"
 
 
-def _write_owner(lock_file: Path, what: str) -> None:
-    owner = {
+def _owner(what: str) -> dict:
+    return {
         "what": what,
         "pid": os.getpid(),
         "host": socket.gethostname(),
         "started": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC"),
         "command": shlex.join([Path(sys.argv[0]).name, *sys.argv[1:]]),
     }
+
+
+def _write_owner(lock_file: Path, what: str) -> None:
     target = owner_file(lock_file)
     partial = target.with_name(target.name + ".partial")
     fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as out:
-        json.dump(owner, out)
+        json.dump(_owner(what), out)
     partial.replace(target)
+
+
+def lock_location(paths: RunPaths) -> Path | ObjectPath:
+    """The pipeline's lock: a local file, or, when the workdir is a bucket, an object in it."""
+    return paths.lock_object if paths.remote else paths.lock_file
 
 
 def _busy_message(paths: RunPaths, holder: str, waited: int | None) -> str:
@@ -119,7 +145,7 @@ def _busy_message(paths: RunPaths, holder: str, waited: int | None) -> str:
             f"(--set {key}.wait_seconds=N) to wait longer."
         )
     return (
-        f"{paths.spec.name} is busy: {holder} holds {paths.lock_file}"
+        f"{paths.spec.name} is busy: {holder} holds {lock_location(paths)}"
         + (f", still after {waited} s of waiting" if waited is not None else "")
         + f". Nothing was run; try again when it ends (exit {EXIT_BUSY}). {advice}"
     )
@@ -130,17 +156,29 @@ def pipeline_lock(paths: RunPaths, what: str, echo: Callable[[str], None] = prin
     """Holds the pipeline's lock under the workdir for the block (one run at a time).
 
     Re-entrant within a process: a backfill holds it, and each of its nights takes it again at no
-    cost. A busy lock is waited for or refused as `runtime.concurrency` says. The operating
-    system releases it when its holder exits, killed or not.
+    cost. A busy lock is waited for or refused as `runtime.concurrency` says.
+
+    A local workdir's lock is a file the operating system releases when its holder exits, killed
+    or not. A workdir in a bucket keeps its lock in the bucket, `<workdir>/runs/<pipeline>/.lock`,
+    held by a lease of `runtime.concurrency.lease_seconds` (`pipelines.core.lease_lock`): a
+    holder killed outright is judged gone once its lease has passed without a renewal. A holder
+    that loses its lock (its renewals refused, or none possible for a lease) says so on `echo`
+    and on stderr, and stops its run with SIGTERM, as an operator would: the supervised
+    pipeline ends FAILED with its summary and alert, and is retried by the next run.
 
     Args:
       paths: the pipeline's paths (its spec's `runtime.concurrency` applies).
       what: what the holder is doing, for the others' messages ("taxi's run of 2026-11-28").
-      echo: where the one 'waiting for ...' line goes.
+      echo: where the one 'waiting for ...' line goes (and a lost lock's).
 
     Raises:
       PipelineBusy: the lock was busy and `when_busy` is refuse, or the wait timed out.
+      OSError: the bucket holding the lock did not answer.
     """
+    if paths.remote:
+        with _bucket_lock(paths, what, echo):
+            yield
+        return
     lock_file = paths.lock_file
     # One lock object per path in the process (filelock's singleton): its count makes it
     # re-entrant, where a second object would wait on the first (flock is per open file).
@@ -169,6 +207,60 @@ def pipeline_lock(paths: RunPaths, what: str, echo: Callable[[str], None] = prin
         # Removed while still held: once released, the next holder writes its own.
         owner_file(lock_file).unlink(missing_ok=True)
         lock.release()
+
+
+def _lease(lock: ObjectPath, lease_seconds: float = 60, what: str = "", on_lost=None):
+    from pipelines.core.lease_lock import LeaseLock
+
+    return LeaseLock(str(lock), lease_seconds, _owner(what), on_lost or (lambda why: None))
+
+
+@contextlib.contextmanager
+def _bucket_lock(paths: RunPaths, what: str, echo: Callable[[str], None]):
+    from pipelines.core import lease_lock
+
+    lock_object = paths.lock_object
+    if lease_lock.held(str(lock_object)) is not None:
+        yield  # taken by this process (or the one it was forked from): its holder releases it
+        return
+    concurrency = paths.spec.runtime.concurrency
+
+    def stop_the_run(why: str) -> None:
+        text = (
+            f"LOCK LOST: {why}. Stopping this run (SIGTERM): two runs of {paths.spec.name} "
+            "must not write the same workdir at once."
+        )
+        emit(echo, "lock_lost", text, lock=str(lock_object), reason=why)
+        print(f"error: {text}", file=sys.stderr, flush=True)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    lock = _lease(lock_object, concurrency.lease_seconds, what, stop_the_run)
+    if concurrency.when_busy is WhenBusy.REFUSE:
+        if not lock.acquire(timeout=0):
+            raise PipelineBusy(_busy_message(paths, lock_holder(lock_object), None))
+    else:
+
+        def waiting() -> None:
+            echo(f"waiting for {lock_holder(lock_object)} to finish; lock {lock_object}")
+
+        if not lock.acquire(concurrency.wait_seconds, waiting):
+            message = _busy_message(paths, lock_holder(lock_object), concurrency.wait_seconds)
+            raise PipelineBusy(message)
+    if lock.expired is not None:
+        expired = _described(lock.expired.owner, "no owner recorded")
+        lease = lease_lock.lease_of(lock.expired.owner, lock.lease_seconds)
+        emit(
+            echo,
+            "lock_expired",
+            f"took over the lock {lock_object} from {expired}: no renewal of its {lease:g} s "
+            "lease was seen for longer than that, so its holder is taken for dead",
+            lock=str(lock_object),
+        )
+    try:
+        yield
+    finally:
+        if (problem := lock.release()) is not None:
+            emit(echo, "lock_release_failed", f"the lock {lock_object} was {problem}")
 
 
 def _run_of(planned: Run) -> str:

@@ -1187,7 +1187,9 @@ class WhenBusy(str, enum.Enum):
 class ConcurrencySpec(StrictModel):
     """One run of a pipeline at a time per workdir: two would pick the same served version and
     share fingerprints and checkpoints. A run holds `<workdir>/runs/<pipeline>/.lock` while it
-    runs (a backfill, for all its nights); the operating system frees it when a holder dies."""
+    runs (a backfill, for all its nights). Locally it is a file the operating system frees when
+    its holder dies; in a bucket it is an object held by a lease the holder renews, which another
+    machine takes over once it has seen no renewal for `lease_seconds` (docs/storage.md)."""
 
     when_busy: WhenBusy = Field(
         default=WhenBusy.WAIT,
@@ -1198,6 +1200,16 @@ class ConcurrencySpec(StrictModel):
         default=6 * 3600,
         ge=0,
         description="How long `wait` waits for the lock before giving up.",
+    )
+    lease_seconds: int = Field(
+        default=60,
+        ge=2,
+        le=3600,
+        description="A workdir in a bucket only: how long its lock outlives the last renewal "
+        "of a holder that stopped renewing (killed, or cut off from the store). The holder "
+        "renews every third of it; a waiting run takes the lock over once it has seen no "
+        "renewal for this long, by its own clock. A holder stalled longer than this loses the "
+        "lock and stops its run.",
     )
 
 
