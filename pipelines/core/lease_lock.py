@@ -101,7 +101,9 @@ class LeaseLock:
         self._version: str | None = None
         self._seen: tuple[str, float] | None = None  # a holder's version, first seen when
         self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._threads: list[threading.Thread] = []
+        self._last_renewed = 0.0  # when the last successful renewal (or the create) was sent
+        self._losing = threading.Lock()
         self._pid = os.getpid()
         self.lost: str | None = None
         self.expired: Holder | None = None  # the holder whose expired lease this one replaced
@@ -134,6 +136,7 @@ class LeaseLock:
         Raises:
           OSError: the store did not answer.
         """
+        started = time.monotonic()
         for _ in range(3):  # a lock released or expired in between is looked at again
             try:
                 current = storage.read_with_version(self.uri)
@@ -146,7 +149,7 @@ class LeaseLock:
                 # Our own create, applied by the store though its answer was lost and the
                 # client's retry was refused.
                 self._version = current.version
-                self._start_renewing()
+                self._start_renewing(started)
                 return True
             now = time.monotonic()
             if self._seen is None or self._seen[0] != current.version:
@@ -186,8 +189,8 @@ class LeaseLock:
         if os.getpid() != self._pid:
             return None
         self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
+        for thread in self._threads:
+            thread.join()
         _HELD.pop(self.uri, None)
         if self.lost is not None:
             return f"not removed: {self.lost}"
@@ -206,50 +209,37 @@ class LeaseLock:
         return json.dumps(self._record, sort_keys=True).encode()
 
     def _create(self) -> bool:
+        sent = time.monotonic()
         try:
             self._version = storage.create_if_absent(self.uri, self._encode())
         except storage.ObjectChanged:
             return False
-        self._start_renewing()
+        self._start_renewing(sent)
         return True
 
-    def _start_renewing(self) -> None:
+    def _start_renewing(self, sent: float) -> None:
+        """Holds the lock from here; `sent` is when the write that took it was sent, the
+        earliest a waiter can have started counting its lease."""
         _HELD[self.uri] = self
         self._stop.clear()
-        self._thread = threading.Thread(
-            target=self._renew_until_stopped,
-            args=(time.monotonic(),),
-            name=f"lease of {self.uri}",
-            daemon=True,
-        )
-        self._thread.start()
+        self._last_renewed = sent
+        self._threads = [
+            threading.Thread(target=target, name=f"{name} {self.uri}", daemon=True)
+            for target, name in ((self._renew_until_stopped, "lease of"), (self._watch, "watch"))
+        ]
+        for thread in self._threads:
+            thread.start()
 
-    def _renew_until_stopped(self, taken_at: float) -> None:
-        # The holder gives up a tenth of a lease before a waiter could judge it expired: a
-        # waiter starts counting only once it has seen the version of the last renewal, which
-        # was written after that renewal was sent.
-        last_renewed, next_renewal = taken_at, taken_at + self.renew_seconds
-        give_up_after = self.lease_seconds * 0.9
-        while True:
-            now = time.monotonic()
-            wait = min(next_renewal, last_renewed + give_up_after) - now
-            if self._stop.wait(max(wait, 0)):
-                return
-            now = time.monotonic()
-            if now - last_renewed >= give_up_after:
-                self._lose(
-                    f"no renewal of its lease succeeded for {now - last_renewed:.0f} s (lease "
-                    f"{self.lease_seconds:g} s): another process may have taken it since"
-                )
-                return
-            if now < next_renewal:
-                continue
+    def _renew_until_stopped(self) -> None:
+        next_renewal = self._last_renewed + self.renew_seconds
+        while not self._stop.wait(max(next_renewal - time.monotonic(), 0)):
+            started = time.monotonic()
             with _REQUESTS:
-                if self._stop.is_set():
+                if self._stop.is_set() or self.lost is not None:
                     return
                 problem = self._renew()
             if problem is None:
-                last_renewed, next_renewal = now, now + self.renew_seconds
+                self._last_renewed, next_renewal = started, started + self.renew_seconds
             elif isinstance(problem, storage.ObjectChanged):
                 self._lose(
                     f"its object changed or is gone ({problem}): another process judged its "
@@ -257,7 +247,24 @@ class LeaseLock:
                 )
                 return
             else:  # the store did not answer: tried again soon, until the lease runs out
-                next_renewal = now + max(self.renew_seconds / 3, 0.2)
+                next_renewal = started + max(self.renew_seconds / 3, 0.2)
+
+    def _watch(self) -> None:
+        """Gives the lock up a tenth of a lease before a waiter could judge it expired, even
+        while a renewal's request hangs: a waiter starts counting only once it has seen the
+        version of the last renewal, which was written after that renewal was sent."""
+        give_up_after = self.lease_seconds * 0.9
+        while True:
+            since = time.monotonic() - self._last_renewed
+            if self._stop.wait(max(give_up_after - since, 0)) or self.lost is not None:
+                return
+            since = time.monotonic() - self._last_renewed
+            if since >= give_up_after:
+                self._lose(
+                    f"no renewal of its lease succeeded for {since:.0f} s (lease "
+                    f"{self.lease_seconds:g} s): another process may have taken it since"
+                )
+                return
 
     def _renew(self) -> Exception | None:
         self._record["renewals"] += 1
@@ -279,7 +286,10 @@ class LeaseLock:
             return err
 
     def _lose(self, why: str) -> None:
-        self.lost = why
+        with self._losing:  # the renewer and the watch may both find it lost: said once
+            if self.lost is not None:
+                return
+            self.lost = why
         if os.getpid() == self._pid:
             self._on_lost(f"the lock {self.uri} was lost: {why}")
 

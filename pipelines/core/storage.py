@@ -874,12 +874,14 @@ def read_with_version(uri: str) -> VersionedBytes:
     bucket = _gcs_client(os.environ.get("STORAGE_EMULATOR_HOST")).bucket(location.bucket)
     for _ in range(3):  # metadata and content are two requests: retried if it changed between
         try:
-            found = bucket.get_blob(location.key)
+            found = bucket.get_blob(location.key, **_gcs_quick())
             if found is None:
                 break
             # Downloaded through a blob of the client's own endpoint: the metadata's media link
             # is the store's word for where it is, which an emulator may get wrong.
-            data = bucket.blob(location.key).download_as_bytes(if_generation_match=found.generation)
+            data = bucket.blob(location.key).download_as_bytes(
+                if_generation_match=found.generation, **_gcs_quick()
+            )
             return VersionedBytes(data, str(found.generation))
         except (exceptions.NotFound, exceptions.PreconditionFailed):
             continue
@@ -944,7 +946,7 @@ def delete_if_unchanged(uri: str, version: str) -> None:
         .blob(location.key)
     )
     try:
-        blob.delete(if_generation_match=int(version))
+        blob.delete(if_generation_match=int(version), **_gcs_quick())
     except exceptions.PreconditionFailed:
         raise ObjectChanged(changed) from None
     except exceptions.NotFound:
@@ -990,7 +992,7 @@ def _gcs_conditional_upload(
         .blob(location.key)
     )
     try:
-        blob.upload_from_string(data, if_generation_match=generation)
+        blob.upload_from_string(data, if_generation_match=generation, **_gcs_quick())
     except exceptions.PreconditionFailed:
         raise ObjectChanged(changed) from None
     except exceptions.NotFound:  # a replace of an object that is gone
@@ -998,6 +1000,16 @@ def _gcs_conditional_upload(
     except _gcs_failures() as err:
         raise OSError(errno.EIO, f"{uri}: cannot write: {err}") from None
     return str(blob.generation)
+
+
+def _gcs_quick() -> dict[str, Any]:
+    """A conditional request's time limits: 10 s per attempt, retried for up to 20 s (the
+    client's defaults, 60 s and 120 s, would outlast a lock's lease). A retried write the store
+    had applied is refused by its own precondition; the lock tells that from a rival's write by
+    the object's content."""
+    from google.cloud.storage.retry import DEFAULT_RETRY
+
+    return {"timeout": 10, "retry": DEFAULT_RETRY.with_deadline(20)}
 
 
 def _gcs_failures() -> tuple[type[Exception], ...]:
