@@ -438,7 +438,7 @@ def read_ahead(blocks: Iterator[_Block]) -> Iterator[_Block]:
 
 def shard_count(paths: list[str]) -> int:
     """Output files per split: one per SHARD_BYTES of input, at most MAX_SHARDS."""
-    size = sum(os.path.getsize(p) for p in paths)
+    size = sum(files.size(p) for p in paths)  # a path may be gs:// or s3://
     return max(1, min(MAX_SHARDS, -(-size // SHARD_BYTES)))
 
 
@@ -629,6 +629,13 @@ class Executor(base_beam_executor.BaseBeamExecutor):
             a missing required column or `split_key`, or a malformed row not skipped.
         """
         self._log_startup(input_dict, output_dict, exec_properties)
+        from apache_beam.io.filesystems import FileSystems
+        from apache_beam.options.pipeline_options import PipelineOptions
+
+        # This process reads through Beam's filesystems outside any pipeline, where they have no
+        # options and Beam's S3 filesystem makes no client ("Must provide one of client or
+        # options"): give them the component's Beam options, as a pipeline gives its workers.
+        FileSystems.set_options(PipelineOptions(self._beam_pipeline_args))
         output = splits.split_output(output_dict, exec_properties, "the Arrow CSV reader")
         in_process = placement.reads_in_process(self._beam_pipeline_args)
         logging.info("Arrow CSV reader: %s", placement.describe(self._beam_pipeline_args))

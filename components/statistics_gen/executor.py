@@ -15,9 +15,7 @@ since) are read as TFX reads them.
 
 from __future__ import annotations
 
-import glob
 import json
-import os
 
 from absl import logging
 from ml_metadata.proto import metadata_store_pb2
@@ -29,6 +27,7 @@ from tfx.types import artifact, artifact_utils, standard_artifacts, standard_com
 from tfx.utils import io_utils, json_utils
 
 from components.arrow_example_gen.splits import COLUMNAR_PROPERTY
+from pipelines.core import storage
 
 # Recorded on the statistics artifact: which payload TFDV read ("parquet copy" or "tf.Example").
 READ_FROM_PROPERTY = "conveyor_statistics_read_from"
@@ -49,7 +48,7 @@ def columnar_view(examples: artifact.Artifact) -> artifact.Artifact | None:
         return None
     patterns = json.loads(examples.get_string_custom_property(COLUMNAR_PROPERTY))
     for split in artifact_utils.decode_split_names(examples.split_names):
-        if split not in patterns or not glob.glob(os.path.join(examples.uri, patterns[split])):
+        if split not in patterns or not storage.glob(storage.join(examples.uri, patterns[split])):
             logging.warning("the Parquet copy of split %s is missing: reading tf.Examples", split)
             return None
     copied = metadata_store_pb2.Artifact()

@@ -22,11 +22,11 @@ failed its thresholds cannot be pushed from here.
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass
 
 from pipelines import serving_state
+from pipelines.core import storage
 from pipelines.core.metadata import (
     NODE_CONTEXT_TYPE,
     PUSHED_MODEL_TYPE,
@@ -104,10 +104,10 @@ def _held_candidate(store, paths: RunPaths, run_id: str):
     raise BlessError(f"run {run_id} has no Pusher execution with a candidate to bless")
 
 
-def _serving_model_dir(model_uri: str) -> str:
+def serving_model_dir(model_uri: str) -> str:
     """TFX's Trainer writes the SavedModel under `<uri>/Format-Serving` (path_utils)."""
-    serving = os.path.join(model_uri, "Format-Serving")
-    return serving if os.path.isdir(serving) else model_uri
+    serving = storage.join(model_uri, "Format-Serving")
+    return serving if storage.isdir(serving) else model_uri  # a pipeline root may be a bucket
 
 
 def bless(paths: RunPaths, run_id: str, blessed_by: str, reason: str) -> Blessed:
@@ -144,7 +144,7 @@ def _bless_locked(paths: RunPaths, run_id: str, blessed_by: str, reason: str) ->
                 f"{custom_property(earlier, 'reason')}"
             )
     base = str(paths.serving_dir)
-    model_dir = _serving_model_dir(model.uri)
+    model_dir = serving_model_dir(model.uri)
     digest = serving_state.model_digest(model_dir)
     served = serving_state.served_as(base, digest)
     if served is not None:

@@ -19,9 +19,11 @@ import uuid
 
 import pytest
 
+from components.arrow_example_gen.splits import COLUMNAR_PROPERTY
 from pipelines.core import metadata, storage
 from pipelines.core.metadata.artifacts import read_run_artifacts
 from pipelines.core.paths import FRAMEWORK_ROOT, RunPaths
+from pipelines.ops import bless
 from pipelines.spec.loading import load_spec
 from tests.storage_emulators import S3_BUCKET, S3_REGION
 
@@ -47,6 +49,9 @@ def two_nights(storage_emulators, tmp_path_factory):
             "--set", f"runtime.storage.s3.endpoint={storage_emulators.s3_endpoint}",
             "--set", f"runtime.storage.s3.region={S3_REGION}",
             "--set", "runtime.storage.s3.path_style=true",
+            # Conveyor's Arrow reader, streaming objects through Beam's filesystems (penguin's
+            # bucket run reads with TFX's reader) and writing a Parquet copy StatisticsGen reads.
+            "--set", "data.reader=arrow",
             *extra,
         ]  # fmt: skip
         return subprocess.run(
@@ -109,6 +114,8 @@ def test_night_2_is_judged_against_night_1_and_learns_from_both_spans(two_nights
     # Tonight's examples are night 2's span, read from the bucket's dated folder.
     tonight = night_2["csv_example_gen"].output("examples")
     assert tonight.get("span") == 20785 and tonight.uri.startswith(f"{workdir}/pipeline_root/")
+    patterns = json.loads(tonight.get(COLUMNAR_PROPERTY))
+    assert all(storage.glob(f"{tonight.uri}/{pattern}") for pattern in patterns.values())
     # The drift gate compares tonight's statistics with night 1's, the last accepted span.
     gate = night_2["data_gate"]
     assert gate.input("previous_statistics").uri == output(night_1, "statistics_gen", "statistics")
@@ -125,3 +132,10 @@ def test_night_2_is_judged_against_night_1_and_learns_from_both_spans(two_nights
         assert storage.exists(f"{workdir}/serving/taxi/2/saved_model.pb")
     else:
         assert not storage.exists(f"{workdir}/serving/taxi/2/saved_model.pb")
+
+
+def test_a_manual_bless_finds_the_savedmodel_of_a_model_in_the_bucket(two_nights):
+    workdir, (first, _), nodes_of = two_nights
+    model_uri = nodes_of(_summary(workdir, first))["trainer"].output("model").uri
+    # TFX's Trainer exports under Format-Serving; a bless publishes that folder, as the Pusher.
+    assert bless.serving_model_dir(model_uri) == f"{model_uri}/Format-Serving"
