@@ -62,9 +62,13 @@ pipeline-local: data
 	$(BIN)/conveyor run $(PIPELINE) --profile $(ENV) --workdir $(WORKDIR)
 
 # Test files run on two workers (pytest-xdist), a file's tests on one, so module-scoped pipeline
-# runs are shared as before; TEST_WORKERS=0 runs them in this process.
+# runs are shared as before; TEST_WORKERS=0 runs them in this process. Files are handed out in
+# collection order (end-to-end, then faults, then unit), longest first: xdist's default hands out
+# the files with the most tests first, which left the few-test, minutes-long end-to-end files
+# for last, one worker running alone at the end. The slowest tests are listed at the end.
 TEST_WORKERS ?= 2
-PYTEST := $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
+PYTEST := $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder \
+	--durations=25
 
 test: setup
 	$(PYTEST)
