@@ -63,9 +63,10 @@ pipeline-local: data
 
 # Test files run on two workers (pytest-xdist), a file's tests on one, so module-scoped pipeline
 # runs are shared as before; TEST_WORKERS=0 runs them in this process. Files are handed out in
-# collection order (end-to-end, then faults, then unit), longest first: xdist's default hands out
-# the files with the most tests first, which left the few-test, minutes-long end-to-end files
-# for last, one worker running alone at the end. The slowest tests are listed at the end.
+# collection order: end-to-end, then faults, then unit, so the long files start first and the
+# short unit files fill the gaps at the end. xdist's default (the files with the most tests
+# first) left the few-test, minutes-long end-to-end files for last, one worker alone at the end.
+# The slowest tests are listed at the end.
 TEST_WORKERS ?= 2
 PYTEST := $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder \
 	--durations=25
