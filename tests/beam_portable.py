@@ -35,27 +35,12 @@ REGISTERED = "Conveyor: s3:// registered in TensorFlow in Beam SDK worker proces
 
 @dataclass(frozen=True)
 class PortableBeam:
-    """The running job service and worker pool: their endpoints and logs."""
+    """The running job service and worker pool: their endpoints (a profile's
+    `--job_endpoint` and `--environment_config`) and logs."""
 
     job_endpoint: str
     worker_pool: str
     logs: Path
-
-    @property
-    def beam_args(self) -> list[str]:
-        """`runtime.beam_args` of the `portable` profile pointed at this stack."""
-        return [
-            "--runner=PortableRunner",
-            f"--job_endpoint={self.job_endpoint}",
-            "--environment_type=EXTERNAL",
-            f"--environment_config={self.worker_pool}",
-            f"--beam_plugins={WORKER_PLUGIN}",
-        ]
-
-    def override(self) -> str:
-        """The `--set` that points the `portable` profile at this stack."""
-        quoted = ", ".join(f'"{arg}"' for arg in self.beam_args)
-        return f"runtime.beam_args=[{quoted}]"
 
     def log(self, name: str) -> str:
         path = self.logs / f"{name}.log"

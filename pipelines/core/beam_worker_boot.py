@@ -5,8 +5,9 @@ Beam's pool started without one runs each worker as a bare `SdkHarness`, which n
 pipeline's options and so never imports `--beam_plugins`. Beam's SDK container runs its boot
 program instead, which asks the runner's provision service for the job's options and starts
 `sdk_worker_main` with them; this module does the same, in the pool's own Python environment,
-and installs nothing (the pool's environment is the workers'). A worker started this way is
-what Dataflow, Flink and Spark start in Beam's container: options, plugins and all.
+and retrieves nothing: no staged packages (the pool's environment is the workers') and no pickled
+main session (Conveyor's stages define nothing in `__main__`). Otherwise a worker started this
+way is what Dataflow, Flink and Spark start in Beam's container: options, plugins and all.
 
     worker_pool_main --service_port=50000 --container_executable=WORKER_BOOT
 
@@ -19,7 +20,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import tempfile
 
 
 def _environment(args: argparse.Namespace) -> dict[str, str]:
@@ -53,7 +53,6 @@ def _environment(args: argparse.Namespace) -> dict[str, str]:
         "CONTROL_API_SERVICE_DESCRIPTOR": descriptor(control),
         "LOGGING_API_SERVICE_DESCRIPTOR": descriptor(logging_url),
         "RUNNER_CAPABILITIES": " ".join(info.runner_capabilities),
-        "SEMI_PERSISTENT_DIRECTORY": tempfile.mkdtemp(prefix=f"beam-worker-{args.id}-"),
     }
 
 

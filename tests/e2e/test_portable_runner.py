@@ -74,7 +74,6 @@ class Run:
 
     pipeline: str
     workdir: str
-    overrides: list[str]
     process: subprocess.CompletedProcess
     state_dir: Path
 
@@ -115,7 +114,7 @@ def _run(spec: str, pipeline: str, label: str, overrides: list[str], data: list[
     assert prepared.returncode == 0, prepared.stderr[-3000:]
     sets = [arg for override in overrides for arg in ("--set", override)]
     process = _conveyor(["run", spec, "--profile", "portable", *bucket, *sets, *data], environ)
-    return Run(pipeline, workdir, overrides, process, state_dir)
+    return Run(pipeline, workdir, process, state_dir)
 
 
 def _taxi_data_path(tmp: Path) -> Path:
@@ -137,8 +136,20 @@ def stack(storage_emulators, tmp_path_factory):
         yield beam
 
 
+@dataclass
+class Runs:
+    """The module's runs by (pipeline, "portable" or "direct"), and the SDK workers they had."""
+
+    by_key: dict[tuple[str, str], Run]
+    worker_pids: set[int]  # those that logged the plugin's registration
+    workers_started: int  # as the pool counts them
+
+    def __getitem__(self, key: tuple[str, str]) -> Run:
+        return self.by_key[key]
+
+
 @pytest.fixture(scope="module")
-def runs(stack, storage_emulators, tmp_path_factory) -> dict[tuple[str, str], Run]:
+def runs(stack, storage_emulators, tmp_path_factory) -> Runs:
     tmp = tmp_path_factory.mktemp("portable-runs")
     portable = [_beam_args_override(_portable_args(stack))]
     taxi_spec = str(_taxi_data_path(tmp))
@@ -151,7 +162,8 @@ def runs(stack, storage_emulators, tmp_path_factory) -> dict[tuple[str, str], Ru
         found["taxi", label] = _run(
             taxi_spec, "taxi", label, beam, taxi_night, storage_emulators, tmp
         )
-    return found
+    started = stack.log("worker_pool").count("Starting worker with command")
+    return Runs(found, stack.worker_pids(), started)
 
 
 def _states(run: Run) -> dict[str, str]:
@@ -186,11 +198,9 @@ def test_both_runs_succeed_and_every_beam_stage_ran_in_a_worker_process(runs, st
     if pipeline == "penguin":
         assert "PUSHED: " in runs["penguin", "portable"].process.stdout
     # One SDK worker per Beam job, each a process of its own that imported the plugin.
-    started = stack.log("worker_pool").count("Starting worker with command")
-    workers = stack.worker_pids()
     jobs = sum(len(stages) for stages in BEAM_STAGES.values())
-    table = "\n".join(run.process.stdout for run in runs.values())
-    assert len(workers) == started == jobs, table
+    table = "\n".join(run.process.stdout for run in runs.by_key.values())
+    assert len(runs.worker_pids) == runs.workers_started == jobs, table
     # ... and exited cleanly: tensorflow-io's S3 plugin aborts a process at exit once used
     # (tensorflow/io#2039), which the plugin's registration prevents (docs/storage.md).
     assert "pure virtual method called" not in stack.log("worker_pool")
