@@ -50,9 +50,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     the processes it starts find the same project.
 
     Returns:
-      The subcommand's exit code; 1 for a spec or span error (printed as one `error:` line, no
-      traceback); 75 when another run holds the workdir's lock; 141, as a shell reports SIGPIPE,
-      when stdout's reader went away.
+      The subcommand's exit code; 1 for a spec, span or storage error or an object store that
+      did not answer (one `error:` line, no traceback); 75 when another run holds the workdir's
+      lock; 141, as a shell reports SIGPIPE, when stdout's reader went away.
     """
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
@@ -76,12 +76,23 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         print(f"error: {err}", file=sys.stderr)
         return EXIT_FAILED
+    except OSError as err:
+        # An object store that did not answer outside a run (a run's own failures end in its
+        # outcome): one line naming the object, not a traceback.
+        from pipelines.core.storage import StoreFailed
+
+        if not isinstance(err, StoreFailed):
+            raise
+        print(f"error: an object store did not answer: {err} (docs/storage.md)", file=sys.stderr)
+        return EXIT_FAILED
 
 
 def _is_spec_or_span_error(err: Exception) -> bool:
-    """A spec or span error, answered with one line. Their modules (pydantic and the spec
-    models) load only once a command has raised one, keeping `--help` fast."""
+    """A spec or span error, or a store that did not answer before anything ran, answered with
+    one line. Their modules (pydantic and the spec models) load only once a command has raised
+    one, keeping `--help` fast."""
     from pipelines.builder.spans import SpanError
+    from pipelines.core.storage import StorageError
     from pipelines.spec.loading import SpecError
 
-    return isinstance(err, SpecError | SpanError)
+    return isinstance(err, SpecError | SpanError | StorageError)

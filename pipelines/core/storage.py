@@ -63,6 +63,12 @@ class StorageError(ValueError):
     paragraph that names the key or the object."""
 
 
+class StoreFailed(OSError):
+    """An object store did not answer, or answered with an error, for one object or listing
+    (not a missing object: FileNotFoundError); the message names it. An OSError, as a local
+    disk's failures are, so callers that handle one handle both."""
+
+
 @dataclasses.dataclass(frozen=True)
 class Location:
     """A checked path: `scheme` is "" for a local path, else "gs" or "s3"."""
@@ -339,7 +345,7 @@ def _store_errors(uri: str) -> Iterator[None]:
     except errors.NotFoundError as err:
         raise FileNotFoundError(errno.ENOENT, f"no such object: {err.message}", uri) from None
     except errors.OpError as err:
-        raise OSError(errno.EIO, f"{uri}: {err.message}") from None
+        raise StoreFailed(errno.EIO, f"{uri}: {err.message}") from None
 
 
 def _remote(path: str | os.PathLike) -> str | None:
@@ -459,7 +465,7 @@ def _list_names(
             blobs = client.list_blobs(bucket, prefix=prefix, max_results=limit)
             return [blob.name for blob in blobs]
         except exceptions.GoogleAPICallError as err:
-            raise OSError(errno.EIO, f"{uri}: cannot list: {err}") from None
+            raise StoreFailed(errno.EIO, f"{uri}: cannot list: {err}") from None
     from botocore.exceptions import BotoCoreError, ClientError
 
     names: list[str] = []
@@ -473,7 +479,7 @@ def _list_names(
         for page in pages:
             names.extend(item["Key"] for item in page.get("Contents", []))
     except (BotoCoreError, ClientError) as err:
-        raise OSError(errno.EIO, f"{uri}: cannot list: {err}") from None
+        raise StoreFailed(errno.EIO, f"{uri}: cannot list: {err}") from None
     return names[:limit] if limit else names
 
 
@@ -518,14 +524,14 @@ def makedirs(path: str | os.PathLike) -> None:
                 marker
             ).upload_from_string(b"")
         except exceptions.GoogleAPICallError as err:
-            raise OSError(errno.EIO, f"{uri}: {err}") from None
+            raise StoreFailed(errno.EIO, f"{uri}: {err}") from None
         return
     from botocore.exceptions import BotoCoreError, ClientError
 
     try:
         _s3().put_object(Bucket=location.bucket, Key=marker, Body=b"")
     except (BotoCoreError, ClientError) as err:
-        raise OSError(errno.EIO, f"{uri}: {err}") from None
+        raise StoreFailed(errno.EIO, f"{uri}: {err}") from None
 
 
 def read_bytes(path: str | os.PathLike) -> bytes:
@@ -657,7 +663,7 @@ def _copy_in_store(source_uri: str, target_uri: str) -> None:
         except exceptions.NotFound:
             raise FileNotFoundError(errno.ENOENT, "no such object", source_uri) from None
         except exceptions.GoogleAPICallError as err:
-            raise OSError(errno.EIO, f"{target_uri}: cannot copy {source_uri}: {err}") from None
+            raise StoreFailed(errno.EIO, f"{target_uri}: cannot copy {source_uri}: {err}") from None
         return
     with _s3_errors(source_uri, f"{target_uri}: cannot copy {source_uri}"):
         _s3().copy_object(
@@ -678,9 +684,9 @@ def _s3_errors(uri: str, what: str) -> Iterator[None]:
     except ClientError as err:
         if err.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
             raise FileNotFoundError(errno.ENOENT, "no such object", uri) from None
-        raise OSError(errno.EIO, f"{what}: {err}") from None
+        raise StoreFailed(errno.EIO, f"{what}: {err}") from None
     except BotoCoreError as err:
-        raise OSError(errno.EIO, f"{what}: {err}") from None
+        raise StoreFailed(errno.EIO, f"{what}: {err}") from None
 
 
 def remove(path: str | os.PathLike) -> None:
@@ -774,7 +780,7 @@ def _stat_gcs(uri: str, location: Location) -> ObjectStat:
     try:
         blob = client.bucket(location.bucket).get_blob(location.key)
     except exceptions.GoogleAPICallError as err:
-        raise OSError(errno.EIO, f"{uri}: {err}") from None
+        raise StoreFailed(errno.EIO, f"{uri}: {err}") from None
     if blob is None:
         raise FileNotFoundError(errno.ENOENT, "no such object", uri)
     updated = blob.updated
@@ -886,7 +892,7 @@ def read_with_version(uri: str) -> VersionedBytes:
         except (exceptions.NotFound, exceptions.PreconditionFailed):
             continue
         except _gcs_failures() as err:
-            raise OSError(errno.EIO, f"{uri}: cannot read: {err}") from None
+            raise StoreFailed(errno.EIO, f"{uri}: cannot read: {err}") from None
     raise FileNotFoundError(errno.ENOENT, "no such object", uri)
 
 
@@ -952,7 +958,7 @@ def delete_if_unchanged(uri: str, version: str) -> None:
     except exceptions.NotFound:
         raise ObjectChanged(gone) from None
     except _gcs_failures() as err:
-        raise OSError(errno.EIO, f"{uri}: cannot delete: {err}") from None
+        raise StoreFailed(errno.EIO, f"{uri}: cannot delete: {err}") from None
 
 
 def _conditional_location(uri: str) -> Location:
@@ -976,9 +982,9 @@ def _s3_conditions(uri: str, changed: str, gone: str) -> Iterator[None]:
             raise ObjectChanged(changed) from None
         if code in _S3_MISSING_CODES:
             raise ObjectChanged(gone) from None
-        raise OSError(errno.EIO, f"{uri}: {err}") from None
+        raise StoreFailed(errno.EIO, f"{uri}: {err}") from None
     except BotoCoreError as err:
-        raise OSError(errno.EIO, f"{uri}: {err}") from None
+        raise StoreFailed(errno.EIO, f"{uri}: {err}") from None
 
 
 def _gcs_conditional_upload(
@@ -998,7 +1004,7 @@ def _gcs_conditional_upload(
     except exceptions.NotFound:  # a replace of an object that is gone
         raise ObjectChanged(gone) from None
     except _gcs_failures() as err:
-        raise OSError(errno.EIO, f"{uri}: cannot write: {err}") from None
+        raise StoreFailed(errno.EIO, f"{uri}: cannot write: {err}") from None
     return str(blob.generation)
 
 

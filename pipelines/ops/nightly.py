@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING
 from filelock import FileLock, Timeout
 
 from pipelines.builder import spans
+from pipelines.core import storage
 from pipelines.core.events import emit
 from pipelines.core.object_path import ObjectPath, as_path
 from pipelines.core.outcome import EXIT_BUSY, Outcome, PipelineBusy, Reason, RunResult
@@ -173,7 +174,7 @@ def pipeline_lock(paths: RunPaths, what: str, echo: Callable[[str], None] = prin
 
     Raises:
       PipelineBusy: the lock was busy and `when_busy` is refuse, or the wait timed out.
-      OSError: the bucket holding the lock did not answer.
+      storage.StorageError: the bucket holding the lock did not answer; nothing was run.
     """
     if paths.remote:
         with _bucket_lock(paths, what, echo):
@@ -235,17 +236,25 @@ def _bucket_lock(paths: RunPaths, what: str, echo: Callable[[str], None]):
         os.kill(os.getpid(), signal.SIGTERM)
 
     lock = _lease(lock_object, concurrency.lease_seconds, what, stop_the_run)
-    if concurrency.when_busy is WhenBusy.REFUSE:
-        if not lock.acquire(timeout=0):
-            raise PipelineBusy(_busy_message(paths, lock_holder(lock_object), None))
-    else:
+    try:
+        if concurrency.when_busy is WhenBusy.REFUSE:
+            if not lock.acquire(timeout=0):
+                raise PipelineBusy(_busy_message(paths, lock_holder(lock_object), None))
+        else:
 
-        def waiting() -> None:
-            echo(f"waiting for {lock_holder(lock_object)} to finish; lock {lock_object}")
+            def waiting() -> None:
+                echo(f"waiting for {lock_holder(lock_object)} to finish; lock {lock_object}")
 
-        if not lock.acquire(concurrency.wait_seconds, waiting):
-            message = _busy_message(paths, lock_holder(lock_object), concurrency.wait_seconds)
-            raise PipelineBusy(message)
+            if not lock.acquire(concurrency.wait_seconds, waiting):
+                message = _busy_message(paths, lock_holder(lock_object), concurrency.wait_seconds)
+                raise PipelineBusy(message)
+    except OSError as error:
+        # Before anything ran: no outcome to record, one paragraph instead of a traceback.
+        raise storage.StorageError(
+            f"{paths.spec.name}: the object store holding {lock_object} did not answer when "
+            f"taking the lock of one run at a time ({type(error).__name__}: {error}). Nothing "
+            "was run; run again once the store answers (docs/storage.md)."
+        ) from None
     if lock.expired is not None:
         expired = _described(lock.expired.owner, "no owner recorded")
         lease = lease_lock.lease_of(lock.expired.owner, lock.lease_seconds)

@@ -12,6 +12,7 @@ and stops its run.
 
 import json
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -185,3 +186,39 @@ def test_conveyor_run_on_a_busy_bucket_exits_75_naming_the_holder(workdir):
     assert done.stderr.startswith("error: penguin is busy: penguin's run of all input files ")
     assert f"(pid {holder.pid} on " in done.stderr
     assert f"holds {workdir}/runs/penguin/.lock. Nothing was run" in done.stderr
+
+
+@pytest.mark.parametrize("workdir", ["s3"], indirect=True)
+def test_a_store_that_does_not_answer_before_the_run_is_one_error_line_and_nothing_runs(workdir):
+    with socket.socket() as probe:  # a port nothing listens on: the store is gone
+        probe.bind(("127.0.0.1", 0))
+        gone = f"http://127.0.0.1:{probe.getsockname()[1]}"
+    argv = [sys.executable, "-m", "pipelines.cli", "run", "penguin", "--env", "ci"]
+    argv += ["--workdir", workdir, "--set", f"runtime.storage.s3.endpoint={gone}"]
+    done = subprocess.run(argv, cwd=FRAMEWORK_ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1, done.stderr
+    assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1
+    assert done.stderr.startswith(
+        f"error: an object store did not answer: [Errno 5] {workdir}/data/penguin/"
+    ), done.stderr
+    assert done.stdout == ""
+
+
+@pytest.mark.parametrize("workdir", ["s3"], indirect=True)
+def test_a_store_that_does_not_answer_at_the_lock_is_one_paragraph_and_nothing_runs(workdir):
+    paths = _paths(workdir)
+    gone = _paths(workdir, "lease_seconds=2")  # the same lock object, another spec value
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        endpoint = f"http://127.0.0.1:{probe.getsockname()[1]}"
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        monkeypatch.setenv("AWS_ENDPOINT_URL_S3", endpoint)  # the storage layer's client's
+        with pytest.raises(storage.StorageError) as raised:
+            with nightly.pipeline_lock(gone, "a test"):
+                pytest.fail("the lock was taken from a store that is gone")
+    message = str(raised.value)
+    assert message.startswith(
+        f"penguin: the object store holding {paths.lock_object} did not answer when taking "
+        "the lock of one run at a time ("
+    ), message
+    assert message.endswith("Nothing was run; run again once the store answers (docs/storage.md).")
