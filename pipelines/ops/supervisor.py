@@ -14,7 +14,9 @@ report, alert; no outcome is recorded, so the next run retries it.
 Why fork, and why after the lock: a forked child needs nothing re-imported or pickled, and the
 parent has imported no TensorFlow yet (no threads to copy half-way). The lock stays the parent's
 alone: filelock closes its descriptor in a forked child and lets only the process that took the
-lock release it, so nothing the child does or suffers releases it early. The child dies with
+lock release it, so nothing the child does or suffers releases it early; a bucket's lease lock
+(pipelines/core/lease_lock.py) is renewed and released by the parent's threads only, which a
+forked child does not have. The child dies with
 the parent (Linux's PR_SET_PDEATHSIG): a killed parent frees the lock, and must not leave a
 pipeline running without it.
 
