@@ -2,6 +2,12 @@
 and S3 through moto's server, both from requirements.lock, started as real processes on
 127.0.0.1 on free ports, each with one bucket made, and stopped at the end of the test session.
 
+GCS is reached two ways. `environment()` is what a profile with `runtime.storage.gcs.endpoint`
+gives (tensorflow-io's gs:// plugin, pointed at the emulator). `real_gcs_environment()` is what
+a process has against real GCS, no endpoint anywhere: TensorFlow's built-in gs:// asks Google's
+hosts, which tests/gcs_tls_proxy.py serves from the emulator, and google-cloud-storage (Beam's
+gs://, the storage layer's listings and stat) goes to the emulator by `STORAGE_EMULATOR_HOST`.
+
 A test that asks for them and cannot have them fails, naming which and why: a skip would hide
 that nothing reached a store.
 """
@@ -23,6 +29,7 @@ import pytest
 
 from pipelines.core import storage
 from pipelines.spec.models import GcsStorageSpec, S3StorageSpec, StorageSpec
+from tests.gcs_tls_proxy import GcsTlsProxy
 
 GCS_BUCKET = "conveyor-test"
 S3_BUCKET = "conveyor-test"
@@ -40,6 +47,7 @@ class StorageEmulators:
     gcs_endpoint: str
     s3_endpoint: str
     logs: Path
+    google_hosts: GcsTlsProxy  # Google's storage hosts, served from the GCS emulator
 
     @property
     def settings(self) -> StorageSpec:
@@ -56,6 +64,27 @@ class StorageEmulators:
         environ = dict(os.environ if base is None else base)
         environ.update(S3_CREDENTIALS)
         storage.configure(self.settings, environ)
+        return environ
+
+    def real_gcs_environment(self, base: dict[str, str] | None = None) -> dict[str, str]:
+        """`base` (this process's environment by default) as a process has it against real
+        GCS: nothing `configure` sets for a gcs endpoint, so TensorFlow's gs:// is its built-in
+        one, which reaches the emulator through Google's hosts on the proxy; google-cloud-storage
+        reaches it by `STORAGE_EMULATOR_HOST`, with the placeholder credentials `configure`
+        writes for an emulator. S3 is configured as in `environment()`."""
+        for_endpoint = storage.configure(
+            StorageSpec(gcs=GcsStorageSpec(endpoint=self.gcs_endpoint)), {}
+        )
+        environ = {
+            name: value
+            for name, value in (os.environ if base is None else base).items()
+            if name not in for_endpoint
+        }
+        environ.update(S3_CREDENTIALS)
+        storage.configure(StorageSpec(s3=self.settings.s3), environ)
+        environ.update(self.google_hosts.environment())
+        environ["STORAGE_EMULATOR_HOST"] = self.gcs_endpoint
+        environ["GOOGLE_APPLICATION_CREDENTIALS"] = for_endpoint["GOOGLE_APPLICATION_CREDENTIALS"]
         return environ
 
     def root(self, scheme: str) -> str:
@@ -125,6 +154,7 @@ def storage_emulators(tmp_path_factory) -> Iterator[StorageEmulators]:
     gcs_port, s3_port = _free_port(), _free_port()
     gcs_endpoint, s3_endpoint = f"http://127.0.0.1:{gcs_port}", f"http://127.0.0.1:{s3_port}"
     processes: list[subprocess.Popen] = []
+    google_hosts = None
     saved = dict(os.environ)
     try:
         processes.append(
@@ -148,11 +178,14 @@ def storage_emulators(tmp_path_factory) -> Iterator[StorageEmulators]:
         )
         _wait_until_answering("moto_server", f"{s3_endpoint}/", processes[1], logs)
         _make_s3_bucket(s3_endpoint)
-        emulators = StorageEmulators(gcs_endpoint, s3_endpoint, logs)
+        google_hosts = GcsTlsProxy(gcs_endpoint, logs)
+        emulators = StorageEmulators(gcs_endpoint, s3_endpoint, logs, google_hosts)
         os.environ.update(S3_CREDENTIALS)
         storage.configure(emulators.settings)
         yield emulators
     finally:
+        if google_hosts is not None:
+            google_hosts.close()
         for process in processes:
             _stop(process)
         os.environ.clear()

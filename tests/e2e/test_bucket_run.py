@@ -1,7 +1,8 @@
-"""Penguin with everything in an S3 bucket (moto's server on 127.0.0.1, reached through a proxy
-the fault test can cut): the input, the pipeline root, the serving folder and the run records.
-Only what cannot live in a bucket is local: the SQLite metadata, the lock and the live log.
+"""Penguin with everything in a bucket: the input, the pipeline root, the serving folder and the
+run records. Only what cannot live in a bucket is local: the SQLite metadata, the lock and the
+live log.
 
+On S3 (moto's server on 127.0.0.1, reached through a proxy the fault test can cut):
 - a cold run pushes version 1 into the bucket, with its graph and push record, models.config
   beside it and the run's folder (summary, report, log, resolved spec) in the bucket;
 - an unchanged re-run answers UNCHANGED from the objects' metadata;
@@ -9,15 +10,20 @@ Only what cannot live in a bucket is local: the SQLite metadata, the lock and th
 - the store going away mid-push fails the run naming the bucket, leaves version 1 served and
   nothing half-published, and the next run repairs and pushes.
 
-gs:// runs the storage layer's tests only (tests/e2e/test_storage_emulators.py): the gs://
-filesystem that honours an emulator crashes TensorFlow on reads (docs/storage.md).
+On GCS (gcp-storage-emulator) through exactly what real GCS uses: no gcs endpoint in the
+profile, so TensorFlow's built-in gs:// asks Google's hosts, which tests/gcs_tls_proxy.py serves
+from the emulator (google-cloud-storage, under Beam and the storage layer's listings, reaches it
+by STORAGE_EMULATOR_HOST): a cold run pushes version 1, `conveyor serve` serves it from the
+bucket, and an unchanged re-run answers UNCHANGED.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+import urllib.parse
 import uuid
 from pathlib import Path
 
@@ -29,7 +35,7 @@ from pipelines.core.failpoints import PAUSE_ENV
 from pipelines.core.paths import FRAMEWORK_ROOT
 from tests.cut_proxy import CutProxy
 from tests.serving_server import serving, wait_for
-from tests.storage_emulators import S3_BUCKET, S3_REGION
+from tests.storage_emulators import GCS_BUCKET, S3_BUCKET, S3_REGION
 
 pytestmark = pytest.mark.e2e
 
@@ -37,20 +43,17 @@ RUN_SECONDS = 600
 
 
 class BucketRuns:
-    """`conveyor` commands on one workdir in the bucket, through the proxy."""
+    """`conveyor` commands on one workdir in a bucket, with the profile settings `settings`
+    (`--set KEY=VALUE` pairs) and the environment `environ`."""
 
-    def __init__(self, workdir: str, endpoint: str, environ: dict[str, str], state_dir: Path):
-        self.workdir, self.endpoint, self.state_dir = workdir, endpoint, state_dir
+    def __init__(self, workdir: str, settings: list[str], environ: dict[str, str], state_dir: Path):
+        self.workdir, self.settings, self.state_dir = workdir, settings, state_dir
         self.environ = {**environ, "CONVEYOR_STATE_DIR": str(state_dir)}
 
     def argv(self, command: str, *extra: str) -> list[str]:
         return [
             sys.executable, "-m", "pipelines.cli", command, "penguin", "--profile", "ci",
-            "--workdir", self.workdir,
-            "--set", f"runtime.storage.s3.endpoint={self.endpoint}",
-            "--set", f"runtime.storage.s3.region={S3_REGION}",
-            "--set", "runtime.storage.s3.path_style=true",
-            *extra,
+            "--workdir", self.workdir, *self.settings, *extra,
         ]  # fmt: skip
 
     def run(self, command: str, *extra: str, env: dict[str, str] | None = None):
@@ -76,11 +79,13 @@ def proxy(storage_emulators):
 def bucket_night(storage_emulators, proxy, tmp_path_factory):
     """Penguin's data written into the bucket and one cold run, all through the proxy."""
     workdir = f"s3://{S3_BUCKET}/penguin-{uuid.uuid4().hex[:8]}"
+    settings = [
+        "--set", f"runtime.storage.s3.endpoint={proxy.endpoint}",
+        "--set", f"runtime.storage.s3.region={S3_REGION}",
+        "--set", "runtime.storage.s3.path_style=true",
+    ]  # fmt: skip
     runs = BucketRuns(
-        workdir,
-        proxy.endpoint,
-        storage_emulators.environment(),
-        tmp_path_factory.mktemp("local-state"),
+        workdir, settings, storage_emulators.environment(), tmp_path_factory.mktemp("local-state")
     )
     prepared = runs.run("data")
     assert prepared.returncode == 0, prepared.stderr[-3000:]
@@ -130,9 +135,11 @@ def test_an_unchanged_rerun_answers_from_the_objects_metadata(bucket_night):
     assert "serving version 1" in again.stdout
 
 
-def test_conveyor_serve_serves_version_1_from_the_bucket(bucket_night, tmp_path, monkeypatch):
-    runs, _ = bucket_night
-    for name, value in runs.environ.items():  # the server process inherits them
+def _serves_version_1(runs: BucketRuns, tmp_path: Path, monkeypatch) -> None:
+    """`conveyor serve` on the workdir answers with version 1, loaded from the bucket."""
+    for name in set(os.environ) - set(runs.environ):  # the server process inherits them
+        monkeypatch.delenv(name)
+    for name, value in runs.environ.items():
         monkeypatch.setenv(name, value)
     with serving([], tmp_path, command=runs.argv("serve")) as server:
         status = server.get("/v1/models/penguin").json()
@@ -154,6 +161,11 @@ def test_conveyor_serve_serves_version_1_from_the_bucket(bucket_night, tmp_path,
         )
         assert answer.status_code == 200, answer.text
         assert answer.json()["predictions"][0]["classes"] == "Gentoo"
+
+
+def test_conveyor_serve_serves_version_1_from_the_bucket(bucket_night, tmp_path, monkeypatch):
+    runs, _ = bucket_night
+    _serves_version_1(runs, tmp_path, monkeypatch)
 
 
 def test_the_store_gone_mid_push_fails_naming_it_and_the_next_run_repairs(
@@ -199,3 +211,93 @@ def test_the_store_gone_mid_push_fails_naming_it_and_the_next_run_repairs(
     assert "PUSHED: " in repaired.stdout, _out(repaired)
     assert storage.listdir(serving_dir) == ["1", "2"]  # the staged copy was removed
     assert json.loads(storage.read_text(f"{serving_dir}/2/conveyor_push.json"))["version"] == 2
+
+
+# ---------------------------------------------------------------------------------------------
+# GCS, through TensorFlow's built-in gs:// as with real GCS
+
+
+@pytest.fixture(scope="module")
+def gcs_night(storage_emulators, tmp_path_factory):
+    """Penguin's data written into the GCS emulator's bucket and one cold run, with no gcs
+    endpoint in the profile: what a run against real GCS has."""
+    workdir = f"gs://{GCS_BUCKET}/penguin-{uuid.uuid4().hex[:8]}"
+    runs = BucketRuns(
+        workdir,
+        [],
+        storage_emulators.real_gcs_environment(),
+        tmp_path_factory.mktemp("gcs-local-state"),
+    )
+    prepared = runs.run("data")
+    assert prepared.returncode == 0, _out(prepared)
+    first = runs.run("run")
+    return runs, first
+
+
+def _gcs_objects(storage_emulators, workdir: str) -> dict:
+    """The workdir's objects, name relative to the workdir -> blob, from the emulator itself."""
+    from google.auth.credentials import AnonymousCredentials
+    from google.cloud import storage as gcs
+
+    client = gcs.Client(
+        project="conveyor-test",
+        credentials=AnonymousCredentials(),
+        client_options={"api_endpoint": storage_emulators.gcs_endpoint},
+    )
+    prefix = workdir.removeprefix(f"gs://{GCS_BUCKET}/") + "/"
+    return {
+        blob.name.removeprefix(prefix): blob
+        for blob in client.list_blobs(GCS_BUCKET, prefix=prefix)
+    }
+
+
+def _through_google_hosts(storage_emulators, workdir: str) -> list[str]:
+    """The requests for the workdir's objects that came through Google's hosts (TensorFlow's
+    built-in gs://), as "METHOD HOST PATH -> STATUS"."""
+    quoted = urllib.parse.quote(workdir.removeprefix(f"gs://{GCS_BUCKET}/") + "/", safe="")
+    return [line for line in storage_emulators.google_hosts.requests if quoted in line]
+
+
+def test_on_gcs_a_cold_run_pushes_version_1_through_tensorflows_own_gs(
+    gcs_night, storage_emulators
+):
+    runs, first = gcs_night
+    assert first.returncode == 0, _out(first)
+    assert "PUSHED: " in first.stdout, _out(first)
+    objects = _gcs_objects(storage_emulators, runs.workdir)
+    assert "serving/penguin/1/saved_model.pb" in objects, sorted(objects)
+    record = json.loads(objects["serving/penguin/1/conveyor_push.json"].download_as_text())
+    assert record["version"] == 1
+    assert not [name for name in objects if name.startswith("serving/penguin/.incoming")]
+    config = objects["serving/models.config"].download_as_text()
+    assert f'base_path: "{runs.workdir}/serving/penguin"' in config
+    assert any(n.startswith("pipeline_root/penguin/trainer/model/") for n in objects)
+    # TensorFlow wrote and read them through Google's hosts, as it does real GCS: uploads to
+    # www.googleapis.com, reads from storage.googleapis.com.
+    requests = _through_google_hosts(storage_emulators, runs.workdir)
+    uploads = [r for r in requests if r.startswith("PUT www.googleapis.com/upload/")]
+    reads = [r for r in requests if r.startswith("GET storage.googleapis.com/")]
+    assert uploads and reads, requests[-20:]
+    assert all(not r.endswith(("-> 500", "-> 501", "-> 502")) for r in requests), requests
+
+
+def test_on_gcs_conveyor_serve_serves_version_1_from_the_bucket(
+    gcs_night, storage_emulators, tmp_path, monkeypatch
+):
+    runs, first = gcs_night
+    assert first.returncode == 0, _out(first)
+    before = len(storage_emulators.google_hosts.requests)
+    _serves_version_1(runs, tmp_path, monkeypatch)
+    served = storage_emulators.google_hosts.requests[before:]
+    assert any(
+        "saved_model.pb" in r and r.startswith("GET storage.googleapis.com/") for r in served
+    ), served[-20:]
+
+
+def test_on_gcs_an_unchanged_rerun_answers_unchanged(gcs_night):
+    runs, first = gcs_night
+    assert first.returncode == 0, _out(first)
+    again = runs.run("run")
+    assert again.returncode == 0, _out(again)
+    assert "UNCHANGED: " in again.stdout, _out(again)
+    assert "serving version 1" in again.stdout
