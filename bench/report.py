@@ -41,6 +41,10 @@ SLOTS: dict[str, tuple[str, str]] = {
         "penguin pipeline, Conveyor beside raw TFX",
         'make bench BENCH_ARGS="--repeats 3"',
     ),
+    "bucket": (
+        "penguin and a taxi night in an emulated S3 bucket, beside local disk",
+        'make bench BENCH_ARGS="--repeats 3"',
+    ),
     "datapath": ("data path at scale, beside raw TFX", "make bench-data"),
     "nightly": ("one taxi night, beside raw TFX", "make bench-nightly"),
     "nightly-scale": (
@@ -137,6 +141,34 @@ def render_penguin(document: dict) -> list[str]:
     header = ["scenario", "raw TFX s", "Conveyor s", "ratio", "raw peak MiB"]
     header += ["Conveyor peak MiB", "ratio"]
     return table(header, rows, "lrrrrrr") + ["", *aims(document)]
+
+
+def render_bucket(document: dict) -> list[str]:
+    rows = []
+    floor = document["settings"]["floor"]
+    for row in document["figures"]["pipelines"].values():
+        local, bucket = row["local"], row["bucket"]
+        rows.append(
+            [
+                row["label"],
+                spread(local["wall_seconds"]),
+                spread(bucket["wall_seconds"]),
+                f"**{times(row['wall_ratio'])}**",
+                "met" if row["wall_ratio"] <= floor else "**missed**",
+                spread(local["peak_rss_mib"], 0),
+                spread(bucket["peak_rss_mib"], 0),
+                spread(bucket["s3_requests"], 0) if bucket.get("s3_requests") else "-",
+            ]
+        )
+    header = ["pipeline", "local s", "bucket s", "bucket / local", f"floor {floor:g}x"]
+    header += ["local peak MiB", "bucket peak MiB", "S3 requests"]
+    settings = document["settings"]
+    profiles = ", ".join(f"{name} `{profile}`" for name, profile in settings["profiles"].items())
+    return table(header, rows, "lrrrlrrr") + [
+        "",
+        f"Cold runs, medians (min-max) of {settings['repeats']}; profiles: {profiles}; the "
+        f"bucket: {settings['emulator']}.",
+    ]
 
 
 def render_datapath(document: dict) -> list[str]:
@@ -321,6 +353,7 @@ def render_gpu(document: dict) -> list[str]:
 
 RENDERERS: dict[str, Callable[[dict], list[str]]] = {
     "penguin": render_penguin,
+    "bucket": render_bucket,
     "datapath": render_datapath,
     "trainer": render_trainer,
     "nightly": render_nightly,
@@ -375,6 +408,13 @@ def headline(document: dict) -> str:
             f"cold run {cold['seconds_ratio']:.2f} of raw TFX's wall time "
             f"({cold['conveyor_seconds']:.1f} s against {cold['raw_seconds']:.1f} s); unchanged "
             f"re-run {rerun['conveyor_seconds']:.1f} s against {rerun['raw_seconds']:.1f} s"
+        )
+    if kind == "bucket":
+        return "; ".join(
+            f"{row['label']} {times(row['wall_ratio'])} the local run's wall time "
+            f"({row['bucket']['wall_seconds']['median']:.1f} s against "
+            f"{row['local']['wall_seconds']['median']:.1f} s)"
+            for row in figures["pipelines"].values()
         )
     if kind == "datapath":
         return "; ".join(

@@ -178,3 +178,62 @@ def test_a_nightly_results_file_renders_each_tool_with_its_ratio_to_raw_tfx():
     assert "| evaluator's share of the wall time | 50% | 25% |" in block
     assert "- the Evaluator at most 30%: 0.25, **met**" in block
     assert "1,000,000 rows: 64.0 s against raw TFX's 800.0 s (0.08x)" in report.headline(nightly)
+
+
+def test_a_bucket_results_file_renders_each_pipeline_with_its_ratio_and_floor():
+    def store(wall, peak, requests=None):
+        return {
+            "wall_seconds": {"median": wall, "min": wall - 1.0, "max": wall + 2.0},
+            "peak_rss_mib": _spread(peak),
+            "pipeline_seconds": _spread(wall - 5),
+            "steps": {"evaluator": _spread(5.0)},
+            "outcomes": ["PUSHED"],
+            "paused_seconds": [0.0],
+            "s3_requests": None if requests is None else _spread(requests),
+        }
+
+    bucket = {
+        **PENGUIN,
+        "benchmark": "bucket",
+        "settings": {
+            "repeats": 3,
+            "taxi_rows": 1000000,
+            "taxi_night": "2026-11-23",
+            "profiles": {"penguin": "local", "taxi": "large"},
+            "emulator": "moto_server 5.2.5 on 127.0.0.1",
+            "floor": 1.5,
+        },
+        "figures": {
+            "pipelines": {
+                "penguin": {
+                    "label": "penguin",
+                    "local": store(40.0, 960.0),
+                    "bucket": store(50.0, 1090.0, 1200.0),
+                    "wall_ratio": 1.25,
+                },
+                "taxi": {
+                    "label": "taxi night, 1,000,000 rows",
+                    "local": store(100.0, 1500.0),
+                    "bucket": store(160.0, 1600.0, 2500.0),
+                    "wall_ratio": 1.6,
+                },
+            },
+            "aims": [],
+        },
+    }
+    block = report.render_block("bucket", {"bucket": bucket})
+    assert (
+        "| pipeline | local s | bucket s | bucket / local | floor 1.5x | local peak MiB | "
+        "bucket peak MiB | S3 requests |"
+    ) in block
+    assert (
+        "| penguin | 40.0 (39.0-42.0) | 50.0 (49.0-52.0) | **1.25x** | met | 960 | 1,090 | 1,200 |"
+    ) in block
+    assert (
+        "| taxi night, 1,000,000 rows | 100.0 (99.0-102.0) | 160.0 (159.0-162.0) | **1.60x** | "
+        "**missed** | 1,500 | 1,600 | 2,500 |"
+    ) in block
+    assert "profiles: penguin `local`, taxi `large`" in block
+    assert report.headline(bucket).startswith(
+        "penguin 1.25x the local run's wall time (50.0 s against 40.0 s); taxi night"
+    )
