@@ -246,7 +246,8 @@ def DataGate(  # noqa: N802 - TFX names components like classes
     """Raises DataGateError listing each problem; passes (and records findings) when none.
 
     `thresholds` is JSON: {"drift": {column: max}, "skew": {column: max},
-    "serving_data_dir": path or null}.
+    "serving_data_dir": path or null, "drift_unmeasured": why this build has no drift baseline
+    (optional: a target that resolves no earlier span)}.
     """
     from tfx.utils import io_utils
 
@@ -276,7 +277,8 @@ def DataGate(  # noqa: N802 - TFX names components like classes
         "notes": [],
     }
     if limits.get("drift") and previous is None:
-        result["notes"].append("drift not checked: no earlier span has passed this gate yet")
+        why = limits.get("drift_unmeasured") or "no earlier span has passed this gate yet"
+        result["notes"].append(f"drift not checked: {why}")
     if limits.get("skew") and serving is None:
         result["notes"].append(f"skew not checked: no serving data in {serving_dir}")
     problems = problems_of(result)

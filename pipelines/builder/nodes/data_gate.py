@@ -16,13 +16,20 @@ def build(ctx: BuildContext, node_id: str) -> None:
     earlier resolver provides it; Kubeflow builds none, so there the gate checks without drift.
     """
     from components.data_gate.component import DataGate
-    from pipelines.builder import spans
 
     data = ctx.spec.data
     serving_dir = ctx.paths.serving_data_dir
     # Drift is measured from the last accepted span; a target that resolves no such span
-    # (Kubeflow) builds the gate without it, and the gate checks what it has.
+    # (Kubeflow) builds the gate without it, and the gate checks what it has and says why it
+    # measured no drift (not "no earlier span has passed", which a first night says).
     drift_from = data.drift and ctx.has("previous_statistics")
+    limits = {
+        "drift": data.drift,
+        "skew": data.skew,
+        "serving_data_dir": str(serving_dir) if serving_dir else None,
+    }
+    if data.drift and not drift_from:
+        limits["drift_unmeasured"] = f"the {ctx.target.value} build resolves no earlier span"
     node = DataGate(
         anomalies=ctx.need("anomalies", node_id),
         statistics=ctx.need("statistics", node_id),
@@ -31,19 +38,21 @@ def build(ctx: BuildContext, node_id: str) -> None:
         previous_statistics=ctx.need("previous_statistics", node_id) if drift_from else None,
         previous_examples=ctx.need("previous_examples", node_id) if drift_from else None,
         input_base=str(ctx.paths.input_dir),
-        data_description=(
-            spans.DATA_DESCRIPTION_TEMPLATE
-            if ctx.target is Orchestrator.AIRFLOW and data.dated_spans
-            else spans.describe(ctx.spec, ctx.span)
-        ),
-        thresholds=json.dumps(
-            {
-                "drift": data.drift,
-                "skew": data.skew,
-                "serving_data_dir": str(serving_dir) if serving_dir else None,
-            },
-            sort_keys=True,
-        ),
+        data_description=_data_description(ctx),
+        thresholds=json.dumps(limits, sort_keys=True),
     ).with_id(node_id)
     ctx.add(node)
     ctx.gates.append(node)
+
+
+def _data_description(ctx: BuildContext) -> str:
+    """How the gate's error names the data: the DAG run's night (Airflow), the pinned span, or,
+    for spans with none pinned (Kubeflow), the newest span, which ExampleGen's driver takes."""
+    from pipelines.builder import spans
+
+    data = ctx.spec.data
+    if ctx.target is Orchestrator.AIRFLOW and data.dated_spans:
+        return spans.DATA_DESCRIPTION_TEMPLATE
+    if data.span_pattern and ctx.span is None:
+        return "the newest span"
+    return spans.describe(ctx.spec, ctx.span)
