@@ -30,7 +30,9 @@ lifecycle hooks):
   state=LIVE AND metadata.blessed.number_value=1`, `name="{{$.inputs.artifacts[...]...}}"`)
   is answered from the artifact record, newest first;
 - the `preCacheCheck` lifecycle hook (FileBasedExampleGen's driver, which finds the span and
-  writes the output metadata file the executor then reads), run before the container;
+  writes the output metadata file the executor then reads), run before the container; as
+  Vertex AI does, the metadata the hook gives an output artifact (the span) is the artifact's
+  metadata in the container's executor input, so the Examples carry their span;
 - the final status an exit handler gets: Vertex AI's states (`SUCCEEDED`, `FAILED`) and an
   error naming the failed tasks; `platform="kfp"` gives open-source KFP's instead (the DAG's
   ML Metadata state, `COMPLETE` or `FAILED`, and an empty error).
@@ -172,6 +174,9 @@ class TaskRun:
     parameters: dict[str, Any] = dataclasses.field(default_factory=dict)
     log: Path | None = None
     error: str = ""
+    # A `preCacheCheck` hook's output file (FileBasedExampleGen's driver: the span it chose,
+    # the input config with that span's pattern).
+    driver_output: dict[str, Any] | None = None
 
 
 @dataclasses.dataclass
@@ -474,7 +479,9 @@ class JobExecutor:
             commands.append(lifecycle["command"] + lifecycle.get("args", []))
         commands.append(container["command"] + container.get("args", []))
         with run.log.open("w") as log:
-            for command in commands:
+            for step, command in enumerate(commands):
+                if step and lifecycle:
+                    self._apply_driver_output(run, executor_input)
                 argv = [self._argument(a, executor_input) for a in command]
                 argv = [sys.executable if a == "python" else a for a in argv[:1]] + argv[1:]
                 log.write(f"$ {' '.join(argv[:4])} ...\n")
@@ -497,6 +504,25 @@ class JobExecutor:
                     return FAILED
         self._collect_outputs(run, executor_input, definitions)
         return SUCCEEDED
+
+    def _apply_driver_output(self, run: TaskRun, executor_input: dict[str, Any]) -> None:
+        """What Vertex AI does with the `preCacheCheck` hook's output file before the container
+        runs ("The CAIP Pipelines service will update the task's properties and artifacts prior
+        to running the executor": tfx/orchestration/kubeflow/v2/file_based_example_gen/
+        driver.py): each output artifact gets the metadata the driver gave it (the span, the
+        input's fingerprint). The file stays for the executor, which reads its parameters."""
+        written = Path(executor_input["outputs"]["outputFile"])
+        if not written.exists():
+            return
+        run.driver_output = json.loads(written.read_text() or "{}")
+        for key, told in run.driver_output.get("artifacts", {}).items():
+            provisioned = executor_input["outputs"]["artifacts"].get(key)
+            if provisioned and told.get("artifacts"):
+                artifact = provisioned["artifacts"][0]
+                artifact["metadata"] = {
+                    **artifact.get("metadata", {}),
+                    **told["artifacts"][0].get("metadata", {}),
+                }
 
     def _argument(self, argument: str, executor_input: dict[str, Any]) -> str:
         if argument == "{{$}}":

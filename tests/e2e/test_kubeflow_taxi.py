@@ -1,0 +1,239 @@
+"""The compiled taxi job, executed for two nights: `conveyor compile taxi --profile kubeflow`
+(with the `ci` profile's sizes and thresholds), run task by task by tests/kfp_executor.py as
+Vertex AI would run it, against one bucket folder and one artifact record.
+
+Each night's span lands in the bucket before its run, as a nightly export would put it there:
+2,000 rows a night (pipelines/datasets/taxi_nights.py, the normal nights of the simulated week).
+The first night pushes version 1. The second night reads the new span, trains from the served
+model (the warm-start resolver), is compared with it (the baseline resolver) and is pushed as
+version 2 when the model gate blesses it.
+
+What the compiled job guarantees differs from `conveyor run` (pipelines.spec.components says
+so for each resolver): its ExampleGen has no range, so it reads the newest span in the bucket;
+the Trainer reads that span only (no window resolver); the data gate checks the schema and
+anomalies, not drift (no drift resolver).
+"""
+
+import datetime
+import json
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import tensorflow as tf
+
+from pipelines import cli
+from pipelines.builder import spans
+from pipelines.core.paths import RUN_SUMMARY, RunPaths
+from pipelines.core.project import find_project
+from pipelines.datasets.taxi_nights import LABEL, write_night
+from pipelines.run.kubeflow import EXIT_HANDLER_ID, PIPELINE_DAG, job_tasks
+from pipelines.serving_state.versions import served_versions
+from pipelines.spec.loading import load_spec
+from tests.e2e.test_kubeflow_run import MOUNT, _image_environment
+from tests.kfp_executor import SUCCEEDED, ArtifactRecord, JobExecutor, type_title
+
+PIPELINE = "taxi"
+FIRST_NIGHT = datetime.date(2026, 11, 23)
+ROWS = 2000  # as tests/e2e/test_nightly_week.py's nights
+
+
+def _ci_sizes() -> list[str]:
+    """`--set` values giving the Kubeflow job the `ci` profile's sizes, Beam options and the
+    value floors the project's configs/ci.yaml sets for taxi at these sizes; the spec's change
+    threshold stays, so that the second night is judged against the first night's model."""
+    ci = load_spec(PIPELINE, env="ci").spec
+    floors = {m.name: m.lower_bound for m in ci.evaluation.metrics}
+    metrics = [
+        {**m.model_dump(mode="json", exclude_defaults=True), "lower_bound": floors[m.name]}
+        for m in load_spec(PIPELINE, env="kubeflow").spec.evaluation.metrics
+    ]
+    return [
+        f"trainer.train_steps={ci.trainer.train_steps}",
+        f"trainer.eval_steps={ci.trainer.eval_steps}",
+        f"trainer.batch_size={ci.trainer.batch_size}",
+        f"evaluation.metrics={json.dumps(metrics)}",
+        f"runtime.beam_args={json.dumps(list(ci.runtime.beam_args))}",
+    ]
+
+
+def _write_night(paths: RunPaths, index: int) -> datetime.date:
+    """Night `index` (1-based) of the simulated week: its span's file in the bucket."""
+    night = FIRST_NIGHT + datetime.timedelta(days=index - 1)
+    write_night(paths.input_dir / night.isoformat() / "taxi.csv", ROWS, seed=index)
+    return night
+
+
+@pytest.fixture(scope="module")
+def nights(tmp_path_factory):
+    """The job compiled once, then run for night 1 and night 2, each after its span landed."""
+    tmp = tmp_path_factory.mktemp("kubeflow-taxi")
+    project = find_project().root
+    output = tmp / f"{PIPELINE}.json"
+    sets = [*_ci_sizes(), f"runtime.container.project_root={project}"]
+    argv = ["compile", PIPELINE, "--env", "kubeflow", "--output", str(output)]
+    started = time.monotonic()
+    assert cli.main(argv + [a for s in sets for a in ("--set", s)]) == 0
+    seconds = {"compile": time.monotonic() - started}
+    job = json.loads(output.read_text())
+    spec = load_spec(PIPELINE, env="kubeflow", overrides=sets).spec
+    assert spec.runtime.workdir.startswith(MOUNT), spec.runtime.workdir
+    gcs = tmp / "gcs"
+    paths = RunPaths(workdir=gcs / spec.runtime.workdir[len(MOUNT) :], spec=spec)
+    (tmp / "home").mkdir()
+    executor = JobExecutor(
+        job,
+        ArtifactRecord(tmp / "artifact-record.json"),
+        mounts={MOUNT: gcs},
+        env=_image_environment(project, tmp / "home"),
+        cwd=project,
+    )
+    runs, dates = {}, {}
+    for index in (1, 2):
+        dates[index] = _write_night(paths, index)
+        started = time.monotonic()
+        runs[index] = executor.run(f"taxi-night-{index}")
+        seconds[f"night {index}"] = time.monotonic() - started
+    print(", ".join(f"{step} {s:.0f} s" for step, s in seconds.items()))
+    return {"job": job, "paths": paths, "runs": runs, "dates": dates}
+
+
+def _summary(nights, index: int) -> dict:
+    run = nights["runs"][index]
+    return json.loads((nights["paths"].runs_dir / run.run_id / RUN_SUMMARY).read_text())
+
+
+def _blessed(run) -> bool:
+    (blessing,) = run.tasks["evaluator"].artifacts["blessing"]
+    return (Path(blessing["uri"]) / "BLESSED").exists()
+
+
+def _examples_span(run) -> int:
+    """The span on ExampleGen's Examples: the driver's custom property, which TFX's Kubeflow
+    encoding names `custom:span` (Examples also declare a `span` property, left unset)."""
+    (examples,) = run.tasks["csv_example_gen"].artifacts["examples"]
+    return int(examples["metadata"]["custom:span"])
+
+
+@pytest.mark.parametrize("index", [1, 2])
+def test_every_task_of_each_night_ran_and_succeeded(nights, index):
+    run = nights["runs"][index]
+    assert run.failed() == [], {n: run.tasks[n].error for n in run.failed()}
+    expected = set(job_tasks(nights["job"]["pipelineSpec"])) | {PIPELINE_DAG}
+    assert {name: t.state for name, t in run.tasks.items()} == dict.fromkeys(expected, SUCCEEDED)
+    assert list(run.tasks)[-1] == EXIT_HANDLER_ID
+    assert run.final_status["state"] == SUCCEEDED
+
+
+def test_the_job_has_no_window_or_drift_resolver(nights):
+    tasks = job_tasks(nights["job"]["pipelineSpec"])
+    assert not any(t.startswith(("span_window_resolver", "drift_baseline_resolver")) for t in tasks)
+    assert {"warm_start_resolver-model-resolver", "baseline_resolver-model-resolver"} <= set(tasks)
+
+
+@pytest.mark.parametrize("index", [1, 2])
+def test_each_night_reads_the_newest_span_in_the_bucket(nights, index):
+    run = nights["runs"][index]
+    night = nights["dates"][index]
+    # ExampleGen's driver chose the span and that span's files (night 2: both are there)...
+    driver = run.tasks["csv_example_gen"].driver_output
+    assert driver["parameterValues"]["span"] == spans.span_of_date(night)
+    (split,) = json.loads(driver["parameterValues"]["input_config"])["splits"]
+    assert split["pattern"] == f"{night.isoformat()}/*.csv"
+    # ...and the Examples carry it.
+    assert _examples_span(run) == spans.span_of_date(night)
+    # The Trainer learns from that span alone: its examples are ExampleGen's.
+    (trained_on,) = run.tasks["trainer"].executor_input["inputs"]["artifacts"]["examples"][
+        "artifacts"
+    ]
+    assert trained_on["uri"] == run.tasks["csv_example_gen"].artifacts["examples"][0]["uri"]
+
+
+@pytest.mark.parametrize("index", [1, 2])
+def test_the_data_gate_passes_and_says_it_measured_no_drift(nights, index):
+    run = nights["runs"][index]
+    (findings,) = run.tasks["data_gate"].artifacts["findings"]
+    written = json.loads((Path(findings["uri"]) / "findings.json").read_text())
+    assert written["passed"] is True
+    assert (written["anomalies"], written["drift"], written["drift_against"]) == ([], [], None)
+    assert written["notes"] == ["drift not checked: the kubeflow build resolves no earlier span"]
+
+
+def test_night_1_has_no_baseline_and_pushes_version_1(nights):
+    first = nights["runs"][1]
+    assert first.tasks["baseline_resolver-model-resolver"].artifacts["model"] == []
+    assert first.tasks["warm_start_resolver-model-resolver"].artifacts["model"] == []
+    assert _blessed(first)
+    (pushed,) = first.tasks["pusher"].artifacts["pushed_model"]
+    assert pushed["metadata"]["pushed"] == 1
+    assert pushed["metadata"]["pushed_version"] == "1"
+    summary = _summary(nights, 1)
+    assert (summary["outcome"], summary["reason"]) == ("pushed", "pushed"), summary
+    assert summary["pushed_version"] == "1"
+    # The exit handler has KFP's final status, not the run's artifacts: no span, no gate.
+    assert (summary["span"], summary["data_gate"], summary["nodes"]) == (None, None, [])
+
+
+def test_night_2_starts_from_and_is_compared_with_night_1s_model(nights):
+    first, second = nights["runs"][1], nights["runs"][2]
+    (first_model,) = first.tasks["trainer"].artifacts["model"]
+    for resolver in ("baseline_resolver-model-resolver", "warm_start_resolver-model-resolver"):
+        (model,) = second.tasks[resolver].artifacts["model"]
+        assert model["uri"] == first_model["uri"], resolver
+        assert type_title(model["type"]) == "tfx.Model"
+    trained = [
+        json.loads(
+            run.tasks["trainer"].artifacts["model"][0]["metadata"]["conveyor_training_summary"]
+        )
+        for run in (first, second)
+    ]
+    assert [t["warm_started"] for t in trained] == [False, True]
+    # The model gate compared the candidate with night 1's model.
+    (blessing,) = second.tasks["evaluator"].artifacts["blessing"]
+    assert blessing["metadata"]["baseline_model"] == first_model["uri"]
+    (evaluation,) = second.tasks["evaluator"].artifacts["evaluation"]
+    assert "conveyor_baseline_metric_auc" in evaluation["metadata"]
+
+
+def test_night_2_pushes_version_2_when_blessed_and_holds_it_back_otherwise(nights):
+    second = nights["runs"][2]
+    blessed = _blessed(second)
+    (pushed,) = second.tasks["pusher"].artifacts["pushed_model"]
+    summary = _summary(nights, 2)
+    (evaluation,) = second.tasks["evaluator"].artifacts["evaluation"]
+    measured = evaluation["metadata"]
+    accuracy_kept = (
+        measured["conveyor_metric_binary_accuracy"]
+        >= measured["conveyor_baseline_metric_binary_accuracy"] - 0.01
+    )
+    floors_met = (
+        measured["conveyor_metric_binary_accuracy"] >= 0.5
+        and measured["conveyor_metric_auc"] >= 0.65
+    )
+    assert blessed == (accuracy_kept and floors_met), measured
+    if blessed:
+        assert pushed["metadata"]["pushed_version"] == "2"
+        assert (summary["outcome"], summary["pushed_version"]) == ("pushed", "2"), summary
+    else:
+        assert pushed["metadata"]["pushed"] == 0
+        assert summary["outcome"] == "not_pushed", summary
+    assert served_versions(str(nights["paths"].serving_dir)) == ([1, 2] if blessed else [1])
+
+
+def test_the_newest_served_version_answers_taxi_rows(nights):
+    paths = nights["paths"]
+    newest = served_versions(str(paths.serving_dir))[-1]
+    serve = tf.saved_model.load(str(paths.serving_dir / str(newest))).signatures["serving_default"]
+    night = nights["dates"][2].isoformat()
+    rows = pd.read_csv(paths.input_dir / night / "taxi.csv").drop(columns=[LABEL]).head(8)
+    _, signature = serve.structured_input_signature
+    inputs = {}
+    for name, tensor in signature.items():
+        column = rows[name]
+        column = column.fillna("") if tensor.dtype == tf.string else column.fillna(0)
+        values = column.astype(str) if tensor.dtype == tf.string else column
+        inputs[name] = tf.constant(values.tolist(), tensor.dtype)
+    probabilities = serve(**inputs)["probabilities"].numpy()
+    assert probabilities.shape == (8, 1)
+    assert ((probabilities >= 0) & (probabilities <= 1)).all()
