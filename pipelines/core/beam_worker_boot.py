@@ -57,6 +57,8 @@ def _environment(args: argparse.Namespace) -> dict[str, str]:
 
 
 def main(argv: list[str] | None = None) -> None:
+    """Reads the flags Beam's worker pool passes a container's boot, asks the provision service
+    for the job's options and becomes `sdk_worker_main` with them (the process is replaced)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     for flag in ("id", "provision_endpoint", "control_endpoint", "logging_endpoint"):
         parser.add_argument(f"--{flag}", required=True)
