@@ -1,6 +1,6 @@
 """Penguin with everything in a bucket: the input, the pipeline root, the serving folder and the
-run records. Only what cannot live in a bucket is local: the SQLite metadata, the lock and the
-live log.
+run records, and the lock of one run at a time. Only what cannot live in a bucket is local: the
+SQLite metadata and the live log.
 
 On S3 (moto's server on 127.0.0.1, reached through a proxy the fault test can cut):
 - a cold run pushes version 1 into the bucket, with its graph and push record, models.config
@@ -112,7 +112,7 @@ def test_a_cold_run_pushes_version_1_into_the_bucket(bucket_night):
     assert storage.glob(f"{runs.workdir}/pipeline_root/penguin/trainer/model/*/Format-Serving/*.pb")
 
 
-def test_the_run_record_is_in_the_bucket_and_only_metadata_and_lock_are_local(bucket_night):
+def test_the_run_record_is_in_the_bucket_and_only_metadata_is_local(bucket_night):
     runs, first = bucket_night
     (run_dir,) = [line.split(": ", 1)[1] for line in first.stdout.splitlines() if
                   line.startswith("run record: ")]  # fmt: skip
@@ -125,6 +125,9 @@ def test_the_run_record_is_in_the_bucket_and_only_metadata_and_lock_are_local(bu
     local = sorted(str(p.relative_to(runs.state_dir)) for p in runs.state_dir.rglob("*"))
     assert any(name.endswith("metadata.sqlite") for name in local), local
     assert not [name for name in local if "pipeline_root" in name or "serving" in name], local
+    # The lock was the bucket's while the run held it, and is gone with the run.
+    assert not storage.exists(f"{runs.workdir}/runs/penguin/.lock")
+    assert not [name for name in local if name.endswith(".lock")], local
 
 
 def test_an_unchanged_rerun_answers_from_the_objects_metadata(bucket_night):
@@ -172,8 +175,10 @@ def test_the_store_gone_mid_push_fails_naming_it_and_the_next_run_repairs(
     bucket_night, proxy, tmp_path
 ):
     runs, _ = bucket_night
-    # Another trainer setting: a new model, which the gate lets through (within 0.02).
-    retrain = ("--set", "trainer.train_steps=160")
+    # Another trainer setting: a new model, which the gate lets through (within 0.02). A short
+    # lease: the failed run cannot delete its lock from the store that is gone, so the repair
+    # run takes it over once the lease has passed without a renewal.
+    retrain = ("--set", "trainer.train_steps=160", "--set", "runtime.concurrency.lease_seconds=15")
     config_before = storage.read_text(f"{runs.workdir}/serving/models.config")
     pause = {FAILPOINT: "push:copied", PAUSE_ENV: str(tmp_path)}
     process = subprocess.Popen(
@@ -208,6 +213,7 @@ def test_the_store_gone_mid_push_fails_naming_it_and_the_next_run_repairs(
 
     repaired = runs.run("run", *retrain)
     assert repaired.returncode == 0, _out(repaired)
+    assert f"took over the lock {runs.workdir}/runs/penguin/.lock" in repaired.stdout
     assert "PUSHED: " in repaired.stdout, _out(repaired)
     assert storage.listdir(serving_dir) == ["1", "2"]  # the staged copy was removed
     assert json.loads(storage.read_text(f"{serving_dir}/2/conveyor_push.json"))["version"] == 2
