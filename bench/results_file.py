@@ -135,7 +135,7 @@ def write(
 
     Args:
         benchmark: which benchmark ("penguin", "datapath", "trainer", "nightly", "serving",
-            "evaluator", "gpu"): the renderer bench/report.py uses.
+            "evaluator", "gpu", "bucket"): the renderer bench/report.py uses.
         path: the file to write (see add_arguments); its folder is created.
         settings: what the run was asked to do (rows, repeats, profile, ...).
         figures: what it measured.
