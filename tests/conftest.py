@@ -156,3 +156,20 @@ def assert_same_up_to_float_sums(found, expected, where: str = "statistics") -> 
         assert found == pytest.approx(expected, rel=1e-9, abs=1e-12), where
     else:
         assert found == expected, where
+
+
+def taxi_data_path_spec(folder: Path) -> Path:
+    """taxi as shipped, cut to the Beam components of its data path (CsvExampleGen and
+    StatisticsGen), written into `folder`: what runners are compared on."""
+    import yaml
+
+    from pipelines.core.project import find_project
+
+    raw = yaml.safe_load((find_project().specs_dir / "taxi.yaml").read_text())
+    for key in ("drift", "window_spans"):  # their resolvers are not in this cut
+        raw["data"].pop(key, None)
+    raw["trainer"]["warm_start"] = False
+    raw["components"] = [{"type": "csv_example_gen"}, {"type": "statistics_gen"}]
+    path = folder / "taxi.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return path

@@ -4,29 +4,15 @@ pipeline's data path, and StatisticsGen's statistics are the single-process run'
 from pathlib import Path
 
 import pytest
-import yaml
 from google.protobuf import json_format
 
 from pipelines import cli
 from pipelines.core.paths import RunPaths
-from pipelines.core.project import find_project
 from pipelines.ops import nightly
 from pipelines.spec.loading import load_spec
-from tests.conftest import assert_same_up_to_float_sums
+from tests.conftest import assert_same_up_to_float_sums, taxi_data_path_spec
 
 SINGLE_PROCESS = 'runtime.beam_args=["--direct_running_mode=in_memory", "--direct_num_workers=1"]'
-
-
-def _data_path_spec(tmp_path: Path) -> Path:
-    """taxi as shipped, cut to the Beam components whose output is compared."""
-    raw = yaml.safe_load((find_project().specs_dir / "taxi.yaml").read_text())
-    for key in ("drift", "window_spans"):  # their resolvers are not in this cut
-        raw["data"].pop(key, None)
-    raw["trainer"]["warm_start"] = False
-    raw["components"] = [{"type": "csv_example_gen"}, {"type": "statistics_gen"}]
-    path = tmp_path / "taxi.yaml"
-    path.write_text(yaml.safe_dump(raw))
-    return path
 
 
 def _statistics(workdir: Path, spec) -> dict[str, dict]:
@@ -47,7 +33,7 @@ def _statistics(workdir: Path, spec) -> dict[str, dict]:
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("beam")
-    spec_file = _data_path_spec(tmp)
+    spec_file = taxi_data_path_spec(tmp)
     results = {}
     for label, overrides in (("multi", []), ("single", [SINGLE_PROCESS])):
         workdir = tmp / label

@@ -34,11 +34,10 @@ from google.protobuf import json_format
 
 from pipelines.core import storage
 from pipelines.core.paths import FRAMEWORK_ROOT
-from pipelines.core.project import find_project
 from pipelines.spec.loading import load_spec
 from pipelines.spec.models import parse_beam_args
 from tests.beam_portable import WORKER_PLUGIN, PortableBeam, portable_beam
-from tests.conftest import assert_same_up_to_float_sums
+from tests.conftest import assert_same_up_to_float_sums, taxi_data_path_spec
 from tests.storage_emulators import S3_BUCKET, S3_REGION
 
 pytestmark = pytest.mark.e2e
@@ -117,18 +116,6 @@ def _run(spec: str, pipeline: str, label: str, overrides: list[str], data: list[
     return Run(pipeline, workdir, process, state_dir)
 
 
-def _taxi_data_path(tmp: Path) -> Path:
-    """taxi as shipped, cut to the Beam components of its data path."""
-    raw = yaml.safe_load((find_project().specs_dir / "taxi.yaml").read_text())
-    for key in ("drift", "window_spans"):  # their resolvers are not in this cut
-        raw["data"].pop(key, None)
-    raw["trainer"]["warm_start"] = False
-    raw["components"] = [{"type": "csv_example_gen"}, {"type": "statistics_gen"}]
-    path = tmp / "taxi.yaml"
-    path.write_text(yaml.safe_dump(raw))
-    return path
-
-
 @pytest.fixture(scope="module")
 def stack(storage_emulators, tmp_path_factory):
     """Beam's job service and worker pool, with the bucket's endpoint and credentials."""
@@ -152,7 +139,7 @@ class Runs:
 def runs(stack, storage_emulators, tmp_path_factory) -> Runs:
     tmp = tmp_path_factory.mktemp("portable-runs")
     portable = [_beam_args_override(_portable_args(stack))]
-    taxi_spec = str(_taxi_data_path(tmp))
+    taxi_spec = str(taxi_data_path_spec(tmp))
     taxi_night = ["--date", TAXI_NIGHT]
     found = {}
     for label, beam in (("portable", portable), ("direct", [DIRECT_IN_MEMORY])):
