@@ -1,7 +1,8 @@
-"""Two nights of taxi with everything in an S3 bucket (moto's server on 127.0.0.1): the dated
-spans, the pipeline root, serving and the run records. Taxi is what penguin is not: dated span
-folders found by listing the bucket, an inferred schema, a drift gate against the last
-accepted span, a training window of spans and a warm start from the served model, each resolved
+"""Two nights of taxi with everything in a bucket, on each store (moto's S3 server; the GCS
+emulator reached as real GCS is, through TensorFlow's built-in gs://): the dated spans, the
+pipeline root, serving and the run records. Taxi is what penguin is not: dated span folders
+found by listing the bucket, an inferred schema, a drift gate against the last accepted span, a
+training window of spans and a warm start from the served model, each resolved
 from what the first night left in the bucket.
 
 - night 1 pushes version 1 into the bucket;
@@ -25,7 +26,7 @@ from pipelines.core.metadata.artifacts import read_run_artifacts
 from pipelines.core.paths import FRAMEWORK_ROOT, RunPaths
 from pipelines.ops import bless
 from pipelines.spec.loading import load_spec
-from tests.storage_emulators import S3_BUCKET, S3_REGION
+from tests.storage_emulators import S3_REGION
 
 pytestmark = pytest.mark.e2e
 
@@ -33,22 +34,28 @@ NIGHTS = ("2026-11-27", "2026-11-28")
 RUN_SECONDS = 900
 
 
-@pytest.fixture(scope="module")
-def two_nights(storage_emulators, tmp_path_factory):
-    """Both nights' data written into the bucket, then each night run in order."""
-    workdir = f"s3://{S3_BUCKET}/taxi-{uuid.uuid4().hex[:8]}"
-    environ = {
-        **storage_emulators.environment(),
-        "CONVEYOR_STATE_DIR": str(tmp_path_factory.mktemp("local-state")),
-    }
+@pytest.fixture(scope="module", params=("s3", "gs"))
+def two_nights(request, storage_emulators, tmp_path_factory):
+    """Both nights' data written into one store's bucket, then each night run in order. On GCS
+    as with real GCS: no gcs endpoint, TensorFlow's built-in gs:// (through Google's hostnames,
+    served from the emulator)."""
+    scheme = request.param
+    workdir = f"{storage_emulators.root(scheme)}/taxi-{uuid.uuid4().hex[:8]}"
+    if scheme == "s3":
+        environ = storage_emulators.environment()
+        store = [
+            "--set", f"runtime.storage.s3.endpoint={storage_emulators.s3_endpoint}",
+            "--set", f"runtime.storage.s3.region={S3_REGION}",
+            "--set", "runtime.storage.s3.path_style=true",
+        ]  # fmt: skip
+    else:
+        environ, store = storage_emulators.real_gcs_environment(), []
+    environ["CONVEYOR_STATE_DIR"] = str(tmp_path_factory.mktemp("local-state"))
 
     def conveyor(command: str, *extra: str) -> subprocess.CompletedProcess:
         argv = [
             sys.executable, "-m", "pipelines.cli", command, "taxi", "--profile", "ci",
-            "--workdir", workdir,
-            "--set", f"runtime.storage.s3.endpoint={storage_emulators.s3_endpoint}",
-            "--set", f"runtime.storage.s3.region={S3_REGION}",
-            "--set", "runtime.storage.s3.path_style=true",
+            "--workdir", workdir, *store,
             # Conveyor's Arrow reader, streaming objects through Beam's filesystems (penguin's
             # bucket run reads with TFX's reader) and writing a Parquet copy StatisticsGen reads.
             "--set", "data.reader=arrow",
