@@ -41,7 +41,9 @@ def test_a_run_fn_module_is_tfx_and_a_build_model_module_is_the_hook(team):
     assert user_code_lib.trainer_contract(hook) is Contract.CONVEYOR_HOOK
 
 
-def test_tfx_penguin_module_is_classified_without_importing_it():
+def test_tfx_penguin_module_is_classified_without_importing_it(monkeypatch):
+    # An end-to-end test run earlier in this worker process may have imported it.
+    monkeypatch.delitem(sys.modules, PENGUIN_TFX, raising=False)
     assert user_code_lib.trainer_contract(PENGUIN_TFX) is Contract.TFX_RUN_FN
     user_code_lib.check_transform_module(PENGUIN_TFX)  # preprocessing_fn = base.preprocessing_fn
     assert PENGUIN_TFX not in sys.modules
