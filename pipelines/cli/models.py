@@ -97,6 +97,8 @@ def cmd_bless(args: argparse.Namespace) -> int:
     except BlessError as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_FAILED
+    if blessed.model_card:
+        print(f"model card: {blessed.model_card}")
     print(f"PUSHED: version {blessed.version} to {blessed.target} (blessed run {args.run})")
     return 0
 

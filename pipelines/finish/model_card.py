@@ -358,10 +358,13 @@ def _gates(result: RunResult, paths: RunPaths, nodes: dict[str, NodeArtifacts]) 
 # --- writing -------------------------------------------------------------------------------------
 
 
-def write_model_card(result: RunResult, paths: RunPaths) -> tuple[AnyPath, AnyPath]:
+def write_model_card(
+    result: RunResult, paths: RunPaths, also: tuple[Gate, ...] = ()
+) -> tuple[AnyPath, AnyPath]:
     """Writes the model card of the version `result` pushed, JSON then page, each whole, and
-    returns their paths."""
+    returns their paths. `also`: gates passed after the run (a person's bless), listed last."""
     facts = gather(result, paths)
+    facts.gates.extend(also)
     card, page = model_card_files(paths.serving_config_dir, facts.model_name, facts.version)
     storage.makedirs(str(card.parent))
     storage.write_text(str(card), json.dumps(card_json(facts), indent=2) + "\n")

@@ -14,7 +14,9 @@ blessed it and why:
 - its INPUT event: the held Model; its OUTPUT: a new PushedModel artifact carrying `pushed`,
   `pushed_version`, `pushed_destination`, `conveyor_model_id`, `conveyor_reason` and the
   labels it moved (`conveyor_labels`), as the Pusher records a push; models.config is rewritten
-  before the record, as after a push (pipelines/serving_state/push.py).
+  before the record, as after a push (pipelines/serving_state/push.py);
+- the version's model card beside models.config, as a run's push writes one, with the bless
+  (who, why) as its last gate.
 
 Only a candidate that the Evaluator blessed and the Pusher held is accepted: a model that
 failed its thresholds cannot be pushed from here.
@@ -22,6 +24,7 @@ failed its thresholds cannot be pushed from here.
 
 from __future__ import annotations
 
+import sys
 import time
 from dataclasses import dataclass
 
@@ -51,12 +54,13 @@ class BlessError(ValueError):
 
 @dataclass(frozen=True)
 class Blessed:
-    """What `bless` published: the new serving `version`, its directory (`target`) and the
-    held Model's `model_uri`, for the command to print."""
+    """What `bless` published: the new serving `version`, its directory (`target`), the held
+    Model's `model_uri` and the version's model card page, for the command to print."""
 
     version: int
     target: str
     model_uri: str
+    model_card: str | None = None  # its page, None when it could not be written
 
 
 def _held_candidate(store, paths: RunPaths, run_id: str):
@@ -197,7 +201,37 @@ def _bless_locked(paths: RunPaths, run_id: str, blessed_by: str, reason: str) ->
         ],
         [c for c in (pipeline_context, run_context, node_context) if c is not None],
     )
-    return Blessed(version=version, target=target, model_uri=model.uri)
+    card = _write_model_card(paths, run_id, version, target, blessed_by, reason)
+    return Blessed(version=version, target=target, model_uri=model.uri, model_card=card)
+
+
+def _write_model_card(
+    paths: RunPaths, run_id: str, version: int, target: str, blessed_by: str, reason: str
+) -> str | None:
+    """The blessed version's model card, as a run's push writes one (read from the push just
+    recorded and the held run's artifacts), with the bless as its last gate; None, with the
+    version served all the same, when it cannot be written: a card describes a version, it is
+    never a reason to take one back."""
+    from pipelines.core.outcome import Outcome, RunResult
+    from pipelines.finish.model_card import Gate, write_model_card
+
+    run_dir = paths.run_dir(run_id)
+    result = RunResult(
+        run_id=run_id,
+        pipeline=paths.spec.name,
+        outcome=Outcome.PUSHED,
+        message=f"pushed version {version}: blessed by {blessed_by}",
+        reason=Reason.PUSHED,
+        pushed_version=str(version),
+        pushed_path=target,
+        run_dir=str(run_dir) if run_dir.is_dir() else "",
+    )
+    try:
+        _, page = write_model_card(result, paths, (Gate("manual bless", blessed_by, reason),))
+    except Exception as err:  # noqa: BLE001 - the push stands; the command says what is missing
+        print(f"warning: no model card written: {type(err).__name__}: {err}", file=sys.stderr)
+        return None
+    return str(page)
 
 
 def _blessings(store) -> list:

@@ -9,7 +9,9 @@
    keeps serving byte for byte.
 """
 
+import json
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -53,7 +55,16 @@ def test_bless_pushes_the_held_candidate_and_records_who_and_why(held, capsys):
     argv += ["--env", "ci", "--reason", "accuracy 0.97 on the report", "--by", "reviewer"]
     argv += [f"--set={o}" for o in HELD + CHANGE_ONLY]
     assert cli.main(argv) == 0, capsys.readouterr().err
-    assert capsys.readouterr().out.startswith("PUSHED: version 1")
+    out = capsys.readouterr().out
+    assert "\nPUSHED: version 1" in out, out
+    # Its model card, as a run's push writes one, says who blessed it and why.
+    [page] = [
+        line.split(": ", 1)[1] for line in out.splitlines() if line.startswith("model card: ")
+    ]
+    card = json.loads(Path(page).with_suffix(".json").read_text())
+    documented = card["model_details"]["documentation"]
+    assert "Gate manual bless: reviewer (accuracy 0.97 on the report)." in documented
+    assert f"by run {result.run_id}" in documented
     assert sorted(p.name for p in paths.serving_dir.iterdir()) == ["1"]
 
     store = metadata.open_store(loaded.spec, paths.metadata_path)
