@@ -197,6 +197,11 @@ GCS_PLUGIN_DEFAULTS = {
     "GCS_STAT_CACHE_MAX_ENTRIES": "1024",
 }
 S3_RETRY_DEFAULTS = {"AWS_MAX_ATTEMPTS": "3", "AWS_RETRY_MODE": "standard"}
+# TensorFlow's built-in gs:// (tsl's gcs_file_system.cc) retries a failed request 10 times,
+# waiting 1 s doubling up to 32 s: over two minutes a write to a store gone away. Three retries
+# (1, 2, 4 s) ride out a transient 429 or 503 and fail a night whose store is gone within
+# seconds; it is retried whole.
+GCS_RETRY_DEFAULTS = {"GCS_RETRY_CONFIG_MAX_RETRIES": "3"}
 # Set by `configure` for this module's own S3 client (stat) in every process: boto3 has no
 # environment variable for path-style addressing.
 S3_PATH_STYLE_VARIABLE = "CONVEYOR_S3_PATH_STYLE"
@@ -246,7 +251,7 @@ def configure(
     # The AWS SDKs (tensorflow-io's S3 plugin's, and botocore) read these: three attempts in
     # AWS's standard mode, not the plugin's default, which spent 102 s retrying one write to a
     # store that was gone (2 s with these): a failed night fails fast and is retried whole.
-    for name, value in S3_RETRY_DEFAULTS.items():
+    for name, value in (S3_RETRY_DEFAULTS | GCS_RETRY_DEFAULTS).items():
         wanted[name] = environ.get(name, value)
     if s3 is not None:
         if s3.endpoint:
@@ -387,9 +392,14 @@ def listdir(path: str | os.PathLike) -> list[str]:
     uri = _remote(path)
     if uri is None:
         return sorted(os.listdir(path))
-    with _store_errors(uri):
-        names = _gfile().listdir(uri)
-    return sorted({name.rstrip("/") for name in names if name.rstrip("/")})
+    # One listing of the prefix through the store's client (not TensorFlow, as `read_bytes`),
+    # each name cut at its first '/' below the folder.
+    location = parse(uri)
+    prefix = location.key.rstrip("/") + "/" if location.key.strip("/") else ""
+    names = _list_names(uri, location.scheme, location.bucket, prefix)
+    if not names:
+        raise FileNotFoundError(errno.ENOENT, "no such folder", uri)
+    return sorted({n[len(prefix) :].split("/", 1)[0] for n in names} - {""})
 
 
 def glob(pattern: str | os.PathLike) -> list[str]:
@@ -458,13 +468,11 @@ def _list_names(
     """The object names in `bucket` that start with `prefix` (at most `limit`), through the
     store's client; OSError naming `uri` when the store does not answer."""
     if scheme == "gs":
-        from google.api_core import exceptions
-
         try:
             client = _gcs_client(os.environ.get("STORAGE_EMULATOR_HOST"))
-            blobs = client.list_blobs(bucket, prefix=prefix, max_results=limit)
+            blobs = client.list_blobs(bucket, prefix=prefix, max_results=limit, **_gcs_bounded())
             return [blob.name for blob in blobs]
-        except exceptions.GoogleAPICallError as err:
+        except _gcs_failures() as err:
             raise StoreFailed(errno.EIO, f"{uri}: cannot list: {err}") from None
     from botocore.exceptions import BotoCoreError, ClientError
 
@@ -517,13 +525,11 @@ def makedirs(path: str | os.PathLike) -> None:
     if marker == "/":
         return  # the bucket itself
     if location.scheme == "gs":
-        from google.api_core import exceptions
-
         try:
             _gcs_client(os.environ.get("STORAGE_EMULATOR_HOST")).bucket(location.bucket).blob(
                 marker
-            ).upload_from_string(b"")
-        except exceptions.GoogleAPICallError as err:
+            ).upload_from_string(b"", **_gcs_bounded())
+        except _gcs_failures() as err:
             raise StoreFailed(errno.EIO, f"{uri}: {err}") from None
         return
     from botocore.exceptions import BotoCoreError, ClientError
@@ -535,9 +541,27 @@ def makedirs(path: str | os.PathLike) -> None:
 
 
 def read_bytes(path: str | os.PathLike) -> bytes:
-    """The whole file."""
-    with open(path, "rb") as handle:
-        return handle.read()
+    """The whole file. An object is read through the store's client, not TensorFlow: the
+    records a run reads before it starts (outcome records, `models.config`, push records) must
+    not import TensorFlow into `conveyor run`'s process, which then could no longer fork its
+    supervised pipeline (pipelines/ops/supervisor.py)."""
+    uri = _remote(path)
+    if uri is None:
+        with open(path, "rb") as handle:
+            return handle.read()
+    location = parse(uri)
+    if location.scheme == "s3":
+        with _s3_errors(uri, f"{uri}: cannot read"):
+            return _s3().get_object(Bucket=location.bucket, Key=location.key)["Body"].read()
+    from google.api_core import exceptions
+
+    bucket = _gcs_client(os.environ.get("STORAGE_EMULATOR_HOST")).bucket(location.bucket)
+    try:
+        return bucket.blob(location.key).download_as_bytes(**_gcs_bounded())
+    except exceptions.NotFound:
+        raise FileNotFoundError(errno.ENOENT, "no such object", uri) from None
+    except _gcs_failures() as err:
+        raise StoreFailed(errno.EIO, f"{uri}: cannot read: {err}") from None
 
 
 def read_text(path: str | os.PathLike, encoding: str = "utf-8") -> str:
@@ -553,8 +577,17 @@ def write_bytes(path: str | os.PathLike, data: bytes) -> None:
     if uri is None:
         _write_local_atomically(os.fspath(path), data)
         return
-    with _store_errors(uri), _gfile().GFile(uri, "wb") as handle:
-        handle.write(data)
+    # Through the store's client, as `read_bytes`: no TensorFlow in the supervising process.
+    location = parse(uri)
+    if location.scheme == "s3":
+        with _s3_errors(uri, f"{uri}: cannot write"):
+            _s3().put_object(Bucket=location.bucket, Key=location.key, Body=data)
+        return
+    bucket = _gcs_client(os.environ.get("STORAGE_EMULATOR_HOST")).bucket(location.bucket)
+    try:
+        bucket.blob(location.key).upload_from_string(data)
+    except _gcs_failures() as err:
+        raise StoreFailed(errno.EIO, f"{uri}: cannot write: {err}") from None
 
 
 def write_text(path: str | os.PathLike, text: str, encoding: str = "utf-8") -> None:
@@ -659,10 +692,12 @@ def _copy_in_store(source_uri: str, target_uri: str) -> None:
         client = _gcs_client(os.environ.get("STORAGE_EMULATOR_HOST"))
         try:
             blob = client.bucket(source.bucket).blob(source.key)
-            client.bucket(source.bucket).copy_blob(blob, client.bucket(target.bucket), target.key)
+            client.bucket(source.bucket).copy_blob(
+                blob, client.bucket(target.bucket), target.key, **_gcs_bounded()
+            )
         except exceptions.NotFound:
             raise FileNotFoundError(errno.ENOENT, "no such object", source_uri) from None
-        except exceptions.GoogleAPICallError as err:
+        except _gcs_failures() as err:
             raise StoreFailed(errno.EIO, f"{target_uri}: cannot copy {source_uri}: {err}") from None
         return
     with _s3_errors(source_uri, f"{target_uri}: cannot copy {source_uri}"):
@@ -690,16 +725,14 @@ def _s3_errors(uri: str, what: str) -> Iterator[None]:
 
 
 def remove(path: str | os.PathLike) -> None:
-    """Removes one file (FileNotFoundError when there is none)."""
+    """Removes one file (FileNotFoundError when there is none). An object is removed through
+    the store's client (as `read_bytes`: no TensorFlow in a supervising process)."""
     uri = _remote(path)
     if uri is None:
         os.remove(path)
         return
-    gfile = _gfile()
-    with _store_errors(uri):
-        if not gfile.exists(uri) or gfile.isdir(uri):  # S3 deletes a missing key silently
-            raise FileNotFoundError(errno.ENOENT, "no such object", uri)
-        gfile.remove(uri)
+    stat(uri)  # FileNotFoundError for none: S3 deletes a missing key silently
+    _delete_objects(uri, parse(uri).bucket, [parse(uri).key])
 
 
 def remove_tree(path: str | os.PathLike) -> None:
@@ -708,8 +741,41 @@ def remove_tree(path: str | os.PathLike) -> None:
     if uri is None:
         shutil.rmtree(path)
         return
-    with _store_errors(uri):
-        _gfile().rmtree(uri)
+    location = parse(uri)
+    prefix = location.key.rstrip("/") + "/"
+    names = _list_names(uri, location.scheme, location.bucket, prefix)
+    if not names:
+        raise FileNotFoundError(errno.ENOENT, "no such folder", uri)
+    _delete_objects(uri, location.bucket, names)
+
+
+def _delete_objects(uri: str, bucket: str, keys: list[str]) -> None:
+    """Deletes the objects `keys` of `bucket` (the store of `uri`), in their order."""
+    if parse(uri).scheme == "s3":
+        with _s3_errors(uri, f"{uri}: cannot delete"):
+            for start in range(0, len(keys), 1000):  # S3's most per request
+                batch = [{"Key": key} for key in keys[start : start + 1000]]
+                answer = _s3().delete_objects(
+                    Bucket=bucket, Delete={"Objects": batch, "Quiet": True}
+                )
+                if answer.get("Errors"):  # Quiet: only the keys it could not delete
+                    first = answer["Errors"][0]
+                    raise StoreFailed(
+                        errno.EIO,
+                        f"{uri}: cannot delete {first.get('Key')}: {first.get('Message')} "
+                        f"({len(answer['Errors'])} not deleted)",
+                    )
+        return
+    from google.api_core import exceptions
+
+    client = _gcs_client(os.environ.get("STORAGE_EMULATOR_HOST"))
+    for key in keys:
+        try:
+            client.bucket(bucket).blob(key).delete(**_gcs_bounded())
+        except exceptions.NotFound:
+            pass  # gone already: what was wanted
+        except _gcs_failures() as err:
+            raise StoreFailed(errno.EIO, f"{uri}: cannot delete: {err}") from None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -774,12 +840,11 @@ def _gcs_client(endpoint: str | None) -> Any:
 
 
 def _stat_gcs(uri: str, location: Location) -> ObjectStat:
-    from google.api_core import exceptions
 
     client = _gcs_client(os.environ.get("STORAGE_EMULATOR_HOST"))
     try:
-        blob = client.bucket(location.bucket).get_blob(location.key)
-    except exceptions.GoogleAPICallError as err:
+        blob = client.bucket(location.bucket).get_blob(location.key, **_gcs_bounded())
+    except _gcs_failures() as err:
         raise StoreFailed(errno.EIO, f"{uri}: {err}") from None
     if blob is None:
         raise FileNotFoundError(errno.ENOENT, "no such object", uri)
@@ -1018,13 +1083,26 @@ def _gcs_quick() -> dict[str, Any]:
     return {"timeout": 10, "retry": DEFAULT_RETRY.with_deadline(20)}
 
 
+def _gcs_bounded() -> dict[str, Any]:
+    """The time limits of an ordinary request: 60 s each, retried for up to 10 s (1, 2, 4 s
+    apart), as the S3 client's three attempts: a store gone away fails the caller within
+    seconds rather than after the client's 120 s of retries."""
+    from google.cloud.storage.retry import DEFAULT_RETRY
+
+    return {"timeout": 60, "retry": DEFAULT_RETRY.with_deadline(10)}
+
+
 def _gcs_failures() -> tuple[type[Exception], ...]:
     """What google-cloud-storage raises for a store that answered with an error, or did not
     answer at all (its transport's connection errors are not API errors)."""
     import requests
     from google.api_core import exceptions
 
-    return (exceptions.GoogleAPICallError, requests.exceptions.RequestException)
+    return (
+        exceptions.GoogleAPICallError,
+        exceptions.RetryError,  # the client's retries ran out (a store that does not answer)
+        requests.exceptions.RequestException,
+    )
 
 
 @functools.cache

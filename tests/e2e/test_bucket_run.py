@@ -175,16 +175,28 @@ def test_the_store_gone_mid_push_fails_naming_it_and_the_next_run_repairs(
     bucket_night, proxy, tmp_path
 ):
     runs, _ = bucket_night
+    _store_gone_mid_push(runs, proxy, tmp_path, f"s3://{S3_BUCKET}")
+
+
+def _store_gone_mid_push(
+    runs: BucketRuns, proxy: CutProxy, tmp_path: Path, bucket: str, lease_seconds: int = 15
+) -> None:
+    """A run whose store goes away (`proxy` cut) once version 2 is staged fails naming the
+    bucket, with version 1 still served and version 2 nowhere a server would load it from; the
+    next run takes over the lock the failed run could not delete, repairs and pushes."""
     # Another trainer setting: a new model, which the gate lets through (within 0.02). A short
     # lease: the failed run cannot delete its lock from the store that is gone, so the repair
-    # run takes it over once the lease has passed without a renewal.
-    retrain = ("--set", "trainer.train_steps=160", "--set", "runtime.concurrency.lease_seconds=15")
+    # run takes it over once the lease has passed without a renewal. Long enough for the push
+    # to fail on its own first: the lease runs out with the store gone too, and a run that
+    # loses its lock is stopped (FAILED, killed by SIGTERM) before it can say why it failed.
+    lease = f"runtime.concurrency.lease_seconds={lease_seconds}"
+    retrain = ("--set", "trainer.train_steps=160", "--set", lease)
     config_before = storage.read_text(f"{runs.workdir}/serving/models.config")
     pause = {FAILPOINT: "push:copied", PAUSE_ENV: str(tmp_path)}
     process = subprocess.Popen(
         runs.argv("run", *retrain),
         cwd=FRAMEWORK_ROOT,
-        env={**runs.environ, **pause},
+        env={**runs.environ, **pause, "PYTHONUNBUFFERED": "1"},  # nothing lost if it is killed
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -204,7 +216,7 @@ def test_the_store_gone_mid_push_fails_naming_it_and_the_next_run_repairs(
     assert process.returncode == 1, output[-3000:]
     failed = [line for line in output.splitlines() if line.startswith("FAILED: ")]
     assert failed, output[-3000:]
-    expected = f"FAILED: the object store holding s3://{S3_BUCKET} did not answer ("
+    expected = f"FAILED: the object store holding {bucket} did not answer ("
     assert failed[0].startswith(expected), failed[0]
     serving_dir = f"{runs.workdir}/serving/penguin"
     # Version 1 is still what is served; version 2 is nowhere a server would load it from.

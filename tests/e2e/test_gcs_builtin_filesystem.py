@@ -6,8 +6,8 @@ TensorFlow reaches Google's hosts through tests/gcs_tls_proxy.py (tests/storage_
 Each request TensorFlow makes of GCS is exercised once: metadata (stat), ranged reads, resumable
 uploads (an empty object and one of several megabytes), folder markers (`makedirs`), listing
 with a prefix and a delimiter, rename (GCS's rewrite, then a delete) and delete; with the
-storage layer's own calls through google-cloud-storage (glob, stat, copy inside the store) and
-Beam's FileSystems reading what TensorFlow wrote.
+storage layer's own calls through google-cloud-storage (whole reads and writes, listings, glob,
+stat, copy inside the store) and Beam's FileSystems reading what TensorFlow wrote.
 """
 
 import json
@@ -29,9 +29,12 @@ base = sys.argv[1]
 found = {}
 big = os.urandom(5 * 1024 * 1024 + 7)
 storage.makedirs(f"{base}/folder")
-storage.write_bytes(f"{base}/folder/big.bin", big)
+import tensorflow as tf  # its uploads: the storage layer writes whole objects with the client
+with tf.io.gfile.GFile(f"{base}/folder/big.bin", "wb") as handle:
+    handle.write(big)
 storage.write_text(f"{base}/folder/a.txt", "one")
-storage.write_bytes(f"{base}/empty", b"")
+with tf.io.gfile.GFile(f"{base}/empty", "wb") as handle:
+    handle.write(b"")
 found["big_back"] = storage.read_bytes(f"{base}/folder/big.bin") == big
 with storage.open(f"{base}/folder/big.bin", "rb") as handle:
     handle.seek(len(big) - 3)
@@ -47,7 +50,6 @@ found["rewritten"] = storage.read_text(f"{base}/folder/a.txt")
 storage.copy(f"{base}/folder/a.txt", f"{base}/copied.txt")
 found["copied"] = storage.read_text(f"{base}/copied.txt")
 
-import tensorflow as tf
 tf.io.gfile.makedirs(f"{base}/made/by/tensorflow")
 found["tf_makedirs"] = storage.isdir(f"{base}/made/by/tensorflow")
 tf.io.gfile.rename(f"{base}/copied.txt", f"{base}/renamed.txt")

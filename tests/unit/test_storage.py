@@ -154,6 +154,8 @@ def test_configure_without_endpoints_points_at_the_real_services():
     storage.configure(StorageSpec(), environ)
     # TensorFlow's built-in gs:// for real GCS: the modular plugin crashes on reads.
     assert "TF_USE_MODULAR_FILESYSTEM" not in environ
+    # A store gone away fails a night within seconds on both (TensorFlow's and AWS's retries).
+    assert environ["GCS_RETRY_CONFIG_MAX_RETRIES"] == "3" and environ["AWS_MAX_ATTEMPTS"] == "3"
     assert not [name for name in environ if any(word in name for word in SECRET_WORDS)]
     for name in ("CLOUD_STORAGE_EMULATOR_ENDPOINT", "STORAGE_EMULATOR_HOST", "S3_ENDPOINT",
                  "AWS_ENDPOINT_URL_S3", "AWS_REGION"):  # fmt: skip
