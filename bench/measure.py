@@ -301,6 +301,8 @@ def run_benchmark(
         name, split = results
         settings, figures = split(result)
         placeholders = {} if own_temp_dir else {str(out_root): "OUT_DIR"}
+        if args.json:  # a file of this machine's: the committed command names none
+            placeholders[str(args.json)] = "RUNS.json"
         results_file.write_from_args(
             args, name, settings=settings, figures=figures, placeholders=placeholders
         )
