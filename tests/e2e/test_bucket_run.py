@@ -138,6 +138,38 @@ def test_an_unchanged_rerun_answers_from_the_objects_metadata(bucket_night):
     assert "serving version 1" in again.stdout
 
 
+# What `conveyor run` does to a workdir in a bucket before it forks its supervised pipeline:
+# read the last outcome record, list and read the served versions, take the lock.
+_BEFORE_THE_FORK = """
+import sys
+from pipelines.core.paths import RunPaths
+from pipelines.core.object_path import as_path
+from pipelines.ops import fingerprint, nightly
+from pipelines.spec.loading import load_spec
+
+loaded = load_spec("penguin", env="ci", overrides=sys.argv[2:])
+paths = RunPaths(as_path(sys.argv[1]), loaded.spec)
+paths.configure_storage()
+with nightly.pipeline_lock(paths, "a check"):
+    served = fingerprint.served_versions(paths)
+    assert "model_config_list" in (paths.serving_config_dir / "models.config").read_text()
+    print(served, nightly.fork_is_safe(), flush=True)
+"""
+
+
+def test_what_a_run_reads_before_its_fork_leaves_it_free_to_fork(bucket_night):
+    # Through TensorFlow, the records read before the pipeline's fork imported it, and a run
+    # that has imported TensorFlow cannot fork: it ran unsupervised once something was served.
+    runs, _ = bucket_night
+    overrides = runs.settings[1::2]  # the values of its --set pairs
+    done = subprocess.run(
+        [sys.executable, "-c", _BEFORE_THE_FORK, runs.workdir, *overrides],
+        cwd=FRAMEWORK_ROOT, env=runs.environ, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split()[-1] == "True", done.stdout
+
+
 def _serves_version_1(runs: BucketRuns, tmp_path: Path, monkeypatch) -> None:
     """`conveyor serve` on the workdir answers with version 1, loaded from the bucket."""
     for name in set(os.environ) - set(runs.environ):  # the server process inherits them
