@@ -637,3 +637,63 @@ def _topological(tasks: dict[str, dict[str, Any]]) -> list[str]:
 
 def _tail(log: Path, lines: int = 25) -> str:
     return "\n".join(log.read_text(errors="replace").splitlines()[-lines:])
+
+
+# Where Vertex AI mounts the pipeline's bucket in every task's container.
+MOUNT = "/gcs/"
+
+
+def image_environment(project: Path, home: Path) -> dict[str, str]:
+    """The Dockerfile's environment, with the project where this checkout has it."""
+    return {
+        "HOME": str(home),
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "PYTHONUNBUFFERED": "1",
+        "TF_USE_LEGACY_KERAS": "1",
+        "TF_CPP_MIN_LOG_LEVEL": "3",
+        "CONVEYOR_PROJECT": str(project),
+        "PYTHONPATH": str(project),
+    }
+
+
+@dataclasses.dataclass
+class CompiledJob:
+    """A pipeline compiled for Kubeflow with `conveyor compile`, its workdir in a local folder
+    standing for the bucket at MOUNT, and an executor for it."""
+
+    job: dict[str, Any]
+    spec: Any  # the spec the job was compiled from (PipelineSpec)
+    workdir: Path  # the job's workdir, as this machine sees it
+    gcs: Path  # the folder standing for the mounted bucket
+    executor: JobExecutor
+    compile_seconds: float
+
+
+def compile_job(pipeline: str, sets: list[str], tmp: Path) -> CompiledJob:
+    """`conveyor compile PIPELINE --env kubeflow` with `sets` (`KEY=VALUE`) and the project at
+    this checkout (the image holds it at runtime.container.project_root), into `tmp`."""
+    from pipelines import cli
+    from pipelines.core.project import find_project
+    from pipelines.spec.loading import load_spec
+
+    project = find_project().root
+    output = tmp / f"{pipeline}.json"
+    sets = [*sets, f"runtime.container.project_root={project}"]
+    argv = ["compile", pipeline, "--env", "kubeflow", "--output", str(output)]
+    started = time.monotonic()
+    assert cli.main(argv + [a for s in sets for a in ("--set", s)]) == 0
+    compile_seconds = time.monotonic() - started
+    job = json.loads(output.read_text())
+    spec = load_spec(pipeline, env="kubeflow", overrides=sets).spec
+    assert spec.runtime.workdir.startswith(MOUNT), spec.runtime.workdir
+    gcs = tmp / "gcs"
+    (tmp / "home").mkdir()
+    executor = JobExecutor(
+        job,
+        ArtifactRecord(tmp / "artifact-record.json"),
+        mounts={MOUNT: gcs},
+        env=image_environment(project, tmp / "home"),
+        cwd=project,
+    )
+    workdir = gcs / spec.runtime.workdir[len(MOUNT) :]
+    return CompiledJob(job, spec, workdir, gcs, executor, compile_seconds)

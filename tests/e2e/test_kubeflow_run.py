@@ -21,28 +21,13 @@ import tensorflow as tf
 
 from pipelines import cli
 from pipelines.core.paths import RUN_SUMMARY, RunPaths
-from pipelines.core.project import find_project
 from pipelines.run.kubeflow import EXIT_HANDLER_ID, PIPELINE_DAG, job_tasks
 from pipelines.serving_state.versions import model_digest, served_versions
 from pipelines.spec.loading import load_spec
 from tests.conftest import copy_fixture
-from tests.kfp_executor import SUCCEEDED, ArtifactRecord, JobExecutor
+from tests.kfp_executor import SUCCEEDED, compile_job
 
 PIPELINE = "penguin"
-MOUNT = "/gcs/"
-
-
-def _image_environment(project: Path, home: Path) -> dict[str, str]:
-    """The Dockerfile's environment, with the project where this checkout has it."""
-    return {
-        "HOME": str(home),
-        "PYTHONDONTWRITEBYTECODE": "1",
-        "PYTHONUNBUFFERED": "1",
-        "TF_USE_LEGACY_KERAS": "1",
-        "TF_CPP_MIN_LOG_LEVEL": "3",
-        "CONVEYOR_PROJECT": str(project),
-        "PYTHONPATH": str(project),
-    }
 
 
 def _ci_sizes() -> list[str]:
@@ -59,31 +44,12 @@ def _ci_sizes() -> list[str]:
 def bucket(tmp_path_factory):
     """The job compiled once, the bucket's folder with tonight's data, and an executor."""
     tmp = tmp_path_factory.mktemp("kubeflow-run")
-    project = find_project().root
-    output = tmp / f"{PIPELINE}.json"
-    # The image holds the project at runtime.container.project_root; here it is the checkout.
-    sets = [*_ci_sizes(), f"runtime.container.project_root={project}"]
-    argv = ["compile", PIPELINE, "--env", "kubeflow", "--output", str(output)]
-    started = time.monotonic()
-    assert cli.main(argv + [a for s in sets for a in ("--set", s)]) == 0
-    compile_seconds = time.monotonic() - started
-    job = json.loads(output.read_text())
-    spec = load_spec(PIPELINE, env="kubeflow", overrides=sets).spec
-    pod_workdir = spec.runtime.workdir
-    assert pod_workdir.startswith(MOUNT), pod_workdir
-    gcs = tmp / "gcs"
-    workdir = gcs / pod_workdir[len(MOUNT) :]
-    assert cli.main(["data", PIPELINE, "--workdir", str(workdir)]) == 0
-    paths = RunPaths(workdir=workdir, spec=spec)
+    compiled = compile_job(PIPELINE, _ci_sizes(), tmp)
+    assert cli.main(["data", PIPELINE, "--workdir", str(compiled.workdir)]) == 0
+    paths = RunPaths(workdir=compiled.workdir, spec=compiled.spec)
     shutil.copytree(paths.input_dir, tmp / "good-data")
-    (tmp / "home").mkdir()
-    executor = JobExecutor(
-        job,
-        ArtifactRecord(tmp / "artifact-record.json"),
-        mounts={MOUNT: gcs},
-        env=_image_environment(project, tmp / "home"),
-        cwd=project,
-    )
+    job, gcs, executor = compiled.job, compiled.gcs, compiled.executor
+    compile_seconds = compiled.compile_seconds
     return {
         "job": job,
         "paths": paths,

@@ -23,16 +23,13 @@ import pandas as pd
 import pytest
 import tensorflow as tf
 
-from pipelines import cli
 from pipelines.builder import spans
 from pipelines.core.paths import RUN_SUMMARY, RunPaths
-from pipelines.core.project import find_project
 from pipelines.datasets.taxi_nights import LABEL, write_night
 from pipelines.run.kubeflow import EXIT_HANDLER_ID, PIPELINE_DAG, job_tasks
 from pipelines.serving_state.versions import served_versions
 from pipelines.spec.loading import load_spec
-from tests.e2e.test_kubeflow_run import MOUNT, _image_environment
-from tests.kfp_executor import SUCCEEDED, ArtifactRecord, JobExecutor, type_title
+from tests.kfp_executor import SUCCEEDED, compile_job, type_title
 
 PIPELINE = "taxi"
 FIRST_NIGHT = datetime.date(2026, 11, 23)
@@ -69,26 +66,10 @@ def _write_night(paths: RunPaths, index: int) -> datetime.date:
 def nights(tmp_path_factory):
     """The job compiled once, then run for night 1 and night 2, each after its span landed."""
     tmp = tmp_path_factory.mktemp("kubeflow-taxi")
-    project = find_project().root
-    output = tmp / f"{PIPELINE}.json"
-    sets = [*_ci_sizes(), f"runtime.container.project_root={project}"]
-    argv = ["compile", PIPELINE, "--env", "kubeflow", "--output", str(output)]
-    started = time.monotonic()
-    assert cli.main(argv + [a for s in sets for a in ("--set", s)]) == 0
-    seconds = {"compile": time.monotonic() - started}
-    job = json.loads(output.read_text())
-    spec = load_spec(PIPELINE, env="kubeflow", overrides=sets).spec
-    assert spec.runtime.workdir.startswith(MOUNT), spec.runtime.workdir
-    gcs = tmp / "gcs"
-    paths = RunPaths(workdir=gcs / spec.runtime.workdir[len(MOUNT) :], spec=spec)
-    (tmp / "home").mkdir()
-    executor = JobExecutor(
-        job,
-        ArtifactRecord(tmp / "artifact-record.json"),
-        mounts={MOUNT: gcs},
-        env=_image_environment(project, tmp / "home"),
-        cwd=project,
-    )
+    compiled = compile_job(PIPELINE, _ci_sizes(), tmp)
+    seconds = {"compile": compiled.compile_seconds}
+    job, executor = compiled.job, compiled.executor
+    paths = RunPaths(workdir=compiled.workdir, spec=compiled.spec)
     runs, dates = {}, {}
     for index in (1, 2):
         dates[index] = _write_night(paths, index)
