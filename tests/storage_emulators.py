@@ -87,6 +87,15 @@ class StorageEmulators:
         environ["GOOGLE_APPLICATION_CREDENTIALS"] = for_endpoint["GOOGLE_APPLICATION_CREDENTIALS"]
         return environ
 
+    def s3_settings(self, endpoint: str | None = None) -> list[str]:
+        """The `--set` arguments that point a `conveyor` command at the S3 emulator (or at
+        `endpoint`, a proxy in front of it)."""
+        return [
+            "--set", f"runtime.storage.s3.endpoint={endpoint or self.s3_endpoint}",
+            "--set", f"runtime.storage.s3.region={S3_REGION}",
+            "--set", "runtime.storage.s3.path_style=true",
+        ]  # fmt: skip
+
     def root(self, scheme: str) -> str:
         """The bucket's URI on one store: gs://conveyor-test or s3://conveyor-test."""
         return f"{scheme}://{GCS_BUCKET if scheme == 'gs' else S3_BUCKET}"

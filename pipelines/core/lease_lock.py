@@ -71,6 +71,19 @@ class Holder:
     version: str
 
 
+def read_holder(uri: str) -> Holder | None:
+    """Who holds the lock object `uri`, as it says (None: nobody).
+
+    Raises:
+      OSError: the store did not answer.
+    """
+    try:
+        current = storage.read_with_version(uri)
+    except FileNotFoundError:
+        return None
+    return Holder(_decode(current.data), current.version)
+
+
 class LeaseLock:
     """One lock object in a store, as one process takes, holds and releases it.
 
@@ -120,11 +133,7 @@ class LeaseLock:
 
     def holder(self) -> Holder | None:
         """Who holds the lock now, as its object says (None: nobody)."""
-        try:
-            current = storage.read_with_version(self.uri)
-        except FileNotFoundError:
-            return None
-        return Holder(_decode(current.data), current.version)
+        return read_holder(self.uri)
 
     def try_acquire(self) -> bool:
         """One attempt to take the lock: True when this process holds it now.

@@ -469,7 +469,7 @@ def _list_names(
     store's client; OSError naming `uri` when the store does not answer."""
     if scheme == "gs":
         try:
-            client = _gcs_client(os.environ.get("STORAGE_EMULATOR_HOST"))
+            client = _gcs()
             blobs = client.list_blobs(bucket, prefix=prefix, max_results=limit, **_gcs_bounded())
             return [blob.name for blob in blobs]
         except _gcs_failures() as err:
@@ -526,9 +526,7 @@ def makedirs(path: str | os.PathLike) -> None:
         return  # the bucket itself
     if location.scheme == "gs":
         try:
-            _gcs_client(os.environ.get("STORAGE_EMULATOR_HOST")).bucket(location.bucket).blob(
-                marker
-            ).upload_from_string(b"", **_gcs_bounded())
+            _gcs().bucket(location.bucket).blob(marker).upload_from_string(b"", **_gcs_bounded())
         except _gcs_failures() as err:
             raise StoreFailed(errno.EIO, f"{uri}: {err}") from None
         return
@@ -555,7 +553,7 @@ def read_bytes(path: str | os.PathLike) -> bytes:
             return _s3().get_object(Bucket=location.bucket, Key=location.key)["Body"].read()
     from google.api_core import exceptions
 
-    bucket = _gcs_client(os.environ.get("STORAGE_EMULATOR_HOST")).bucket(location.bucket)
+    bucket = _gcs().bucket(location.bucket)
     try:
         return bucket.blob(location.key).download_as_bytes(**_gcs_bounded())
     except exceptions.NotFound:
@@ -583,7 +581,7 @@ def write_bytes(path: str | os.PathLike, data: bytes) -> None:
         with _s3_errors(uri, f"{uri}: cannot write"):
             _s3().put_object(Bucket=location.bucket, Key=location.key, Body=data)
         return
-    bucket = _gcs_client(os.environ.get("STORAGE_EMULATOR_HOST")).bucket(location.bucket)
+    bucket = _gcs().bucket(location.bucket)
     try:
         bucket.blob(location.key).upload_from_string(data)
     except _gcs_failures() as err:
@@ -689,7 +687,7 @@ def _copy_in_store(source_uri: str, target_uri: str) -> None:
     if source.scheme == "gs":
         from google.api_core import exceptions
 
-        client = _gcs_client(os.environ.get("STORAGE_EMULATOR_HOST"))
+        client = _gcs()
         try:
             blob = client.bucket(source.bucket).blob(source.key)
             client.bucket(source.bucket).copy_blob(
@@ -768,7 +766,7 @@ def _delete_objects(uri: str, bucket: str, keys: list[str]) -> None:
         return
     from google.api_core import exceptions
 
-    client = _gcs_client(os.environ.get("STORAGE_EMULATOR_HOST"))
+    client = _gcs()
     for key in keys:
         try:
             client.bucket(bucket).blob(key).delete(**_gcs_bounded())
@@ -839,9 +837,15 @@ def _gcs_client(endpoint: str | None) -> Any:
     return gcs.Client(project=None)
 
 
+def _gcs() -> Any:
+    """This process's google-cloud-storage client, as the environment (`configure`, or the
+    emulator's STORAGE_EMULATOR_HOST) says."""
+    return _gcs_client(os.environ.get("STORAGE_EMULATOR_HOST"))
+
+
 def _stat_gcs(uri: str, location: Location) -> ObjectStat:
 
-    client = _gcs_client(os.environ.get("STORAGE_EMULATOR_HOST"))
+    client = _gcs()
     try:
         blob = client.bucket(location.bucket).get_blob(location.key, **_gcs_bounded())
     except _gcs_failures() as err:
@@ -942,7 +946,7 @@ def read_with_version(uri: str) -> VersionedBytes:
             return VersionedBytes(answer["Body"].read(), answer["ETag"])
     from google.api_core import exceptions
 
-    bucket = _gcs_client(os.environ.get("STORAGE_EMULATOR_HOST")).bucket(location.bucket)
+    bucket = _gcs().bucket(location.bucket)
     for _ in range(3):  # metadata and content are two requests: retried if it changed between
         try:
             found = bucket.get_blob(location.key, **_gcs_quick())
@@ -1011,11 +1015,7 @@ def delete_if_unchanged(uri: str, version: str) -> None:
         return
     from google.api_core import exceptions
 
-    blob = (
-        _gcs_client(os.environ.get("STORAGE_EMULATOR_HOST"))
-        .bucket(location.bucket)
-        .blob(location.key)
-    )
+    blob = _gcs().bucket(location.bucket).blob(location.key)
     try:
         blob.delete(if_generation_match=int(version), **_gcs_quick())
     except exceptions.PreconditionFailed:
@@ -1057,11 +1057,7 @@ def _gcs_conditional_upload(
 ) -> str:
     from google.api_core import exceptions
 
-    blob = (
-        _gcs_client(os.environ.get("STORAGE_EMULATOR_HOST"))
-        .bucket(location.bucket)
-        .blob(location.key)
-    )
+    blob = _gcs().bucket(location.bucket).blob(location.key)
     try:
         blob.upload_from_string(data, if_generation_match=generation, **_gcs_quick())
     except exceptions.PreconditionFailed:

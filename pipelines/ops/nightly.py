@@ -83,8 +83,10 @@ def lock_holder(lock: Path | ObjectPath) -> str:
     """Who holds `lock`, as its owner file (or, in a bucket, the lock object) tells it, for
     'waiting for ...' and errors."""
     if isinstance(lock, ObjectPath):
+        from pipelines.core.lease_lock import read_holder
+
         try:
-            holder = _lease(lock).holder()
+            holder = read_holder(str(lock))
         except OSError as err:
             return f"another run (its lock object could not be read: {err})"
         if holder is None:
@@ -210,12 +212,6 @@ def pipeline_lock(paths: RunPaths, what: str, echo: Callable[[str], None] = prin
         lock.release()
 
 
-def _lease(lock: ObjectPath, lease_seconds: float = 60, what: str = "", on_lost=None):
-    from pipelines.core.lease_lock import LeaseLock
-
-    return LeaseLock(str(lock), lease_seconds, _owner(what), on_lost or (lambda why: None))
-
-
 @contextlib.contextmanager
 def _bucket_lock(paths: RunPaths, what: str, echo: Callable[[str], None]):
     from pipelines.core import lease_lock
@@ -235,7 +231,9 @@ def _bucket_lock(paths: RunPaths, what: str, echo: Callable[[str], None]):
         print(f"error: {text}", file=sys.stderr, flush=True)
         os.kill(os.getpid(), signal.SIGTERM)
 
-    lock = _lease(lock_object, concurrency.lease_seconds, what, stop_the_run)
+    lock = lease_lock.LeaseLock(
+        str(lock_object), concurrency.lease_seconds, _owner(what), stop_the_run
+    )
     try:
         if concurrency.when_busy is WhenBusy.REFUSE:
             if not lock.acquire(timeout=0):

@@ -35,7 +35,7 @@ from pipelines.core.failpoints import PAUSE_ENV
 from pipelines.core.paths import FRAMEWORK_ROOT
 from tests.cut_proxy import CutProxy
 from tests.serving_server import serving, wait_for
-from tests.storage_emulators import GCS_BUCKET, S3_BUCKET, S3_REGION
+from tests.storage_emulators import GCS_BUCKET, S3_BUCKET
 
 pytestmark = pytest.mark.e2e
 
@@ -79,11 +79,7 @@ def proxy(storage_emulators):
 def bucket_night(storage_emulators, proxy, tmp_path_factory):
     """Penguin's data written into the bucket and one cold run, all through the proxy."""
     workdir = f"s3://{S3_BUCKET}/penguin-{uuid.uuid4().hex[:8]}"
-    settings = [
-        "--set", f"runtime.storage.s3.endpoint={proxy.endpoint}",
-        "--set", f"runtime.storage.s3.region={S3_REGION}",
-        "--set", "runtime.storage.s3.path_style=true",
-    ]  # fmt: skip
+    settings = storage_emulators.s3_settings(proxy.endpoint)
     runs = BucketRuns(
         workdir, settings, storage_emulators.environment(), tmp_path_factory.mktemp("local-state")
     )

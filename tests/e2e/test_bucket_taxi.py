@@ -26,7 +26,6 @@ from pipelines.core.metadata.artifacts import read_run_artifacts
 from pipelines.core.paths import FRAMEWORK_ROOT, RunPaths
 from pipelines.ops import bless
 from pipelines.spec.loading import load_spec
-from tests.storage_emulators import S3_REGION
 
 pytestmark = pytest.mark.e2e
 
@@ -43,11 +42,7 @@ def two_nights(request, storage_emulators, tmp_path_factory):
     workdir = f"{storage_emulators.root(scheme)}/taxi-{uuid.uuid4().hex[:8]}"
     if scheme == "s3":
         environ = storage_emulators.environment()
-        store = [
-            "--set", f"runtime.storage.s3.endpoint={storage_emulators.s3_endpoint}",
-            "--set", f"runtime.storage.s3.region={S3_REGION}",
-            "--set", "runtime.storage.s3.path_style=true",
-        ]  # fmt: skip
+        store = storage_emulators.s3_settings()
     else:
         environ, store = storage_emulators.real_gcs_environment(), []
     environ["CONVEYOR_STATE_DIR"] = str(tmp_path_factory.mktemp("local-state"))

@@ -38,7 +38,7 @@ from pipelines.spec.loading import load_spec
 from pipelines.spec.models import parse_beam_args
 from tests.beam_portable import WORKER_PLUGIN, PortableBeam, portable_beam
 from tests.conftest import assert_same_up_to_float_sums, taxi_data_path_spec
-from tests.storage_emulators import S3_BUCKET, S3_REGION
+from tests.storage_emulators import S3_BUCKET
 
 pytestmark = pytest.mark.e2e
 
@@ -103,12 +103,7 @@ def _run(spec: str, pipeline: str, label: str, overrides: list[str], data: list[
     workdir = f"s3://{S3_BUCKET}/{pipeline}-{label}-{uuid.uuid4().hex[:8]}"
     state_dir = tmp / f"{pipeline}-{label}-state"
     environ = {**emulators.environment(), "CONVEYOR_STATE_DIR": str(state_dir)}
-    bucket = [
-        "--workdir", workdir,
-        "--set", f"runtime.storage.s3.endpoint={emulators.s3_endpoint}",
-        "--set", f"runtime.storage.s3.region={S3_REGION}",
-        "--set", "runtime.storage.s3.path_style=true",
-    ]  # fmt: skip
+    bucket = ["--workdir", workdir, *emulators.s3_settings()]
     prepared = _conveyor(["data", pipeline, "--profile", "ci", *bucket, *data], environ)
     assert prepared.returncode == 0, prepared.stderr[-3000:]
     sets = [arg for override in overrides for arg in ("--set", override)]
