@@ -119,6 +119,10 @@ class LeaseLock:
         self._losing = threading.Lock()
         self._pid = os.getpid()
         self.lost: str | None = None
+        # The store's last failure to answer a renewal: set with `lost` when the lock was lost
+        # because renewals failed for a lease (the store gone), not taken by another.
+        self.unanswered: Exception | None = None
+        self._last_problem: Exception | None = None
         self.expired: Holder | None = None  # the holder whose expired lease this one replaced
 
     @property
@@ -249,6 +253,7 @@ class LeaseLock:
                 problem = self._renew()
             if problem is None:
                 self._last_renewed, next_renewal = started, started + self.renew_seconds
+                self._last_problem = None
             elif isinstance(problem, storage.ObjectChanged):
                 self._lose(
                     f"its object changed or is gone ({problem}): another process judged its "
@@ -256,6 +261,7 @@ class LeaseLock:
                 )
                 return
             else:  # the store did not answer: tried again soon, until the lease runs out
+                self._last_problem = problem
                 next_renewal = started + max(self.renew_seconds / 3, 0.2)
 
     def _watch(self) -> None:
@@ -271,7 +277,10 @@ class LeaseLock:
             if since >= give_up_after:
                 self._lose(
                     f"no renewal of its lease succeeded for {since:.0f} s (lease "
-                    f"{self.lease_seconds:g} s): another process may have taken it since"
+                    f"{self.lease_seconds:g} s): another process may have taken it since",
+                    # None when no renewal failed: the process itself was stopped (SIGSTOP, a
+                    # pause), or one request has hung for the whole lease.
+                    unanswered=self._last_problem,
                 )
                 return
 
@@ -294,11 +303,11 @@ class LeaseLock:
         except Exception as err:  # noqa: BLE001 - the store did not answer: tried again soon
             return err
 
-    def _lose(self, why: str) -> None:
+    def _lose(self, why: str, unanswered: Exception | None = None) -> None:
         with self._losing:  # the renewer and the watch may both find it lost: said once
             if self.lost is not None:
                 return
-            self.lost = why
+            self.lost, self.unanswered = why, unanswered
         if os.getpid() == self._pid:
             self._on_lost(f"the lock {self.uri} was lost: {why}")
 

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from pipelines.core.outcome import RunResult
-from pipelines.core.paths import RUN_SUMMARY
+from pipelines.core.paths import RUN_SUMMARY, RunPaths
 from pipelines.run.plan import Run
 
 FORWARDED = (signal.SIGTERM, signal.SIGINT)
@@ -303,5 +303,31 @@ def _finish_killed(
     )
     where = where_it_ended(read_result(facts), planned.paths.run_dir(run_id))
     # Not a final outcome: nothing is recorded, so the next run of these inputs runs again.
-    facts.stop = Stop(Reason.KILLED, f"{how} {where}; no outcome recorded: the next run retries it")
+    retried = "no outcome recorded: the next run retries it"
+    facts.stop = Stop(Reason.KILLED, f"{how} {where}; {retried}")
+    silent_store = _lock_lost_to_a_silent_store(planned.paths)
+    if silent_store is not None:
+        # Stopped because its lock's store stopped answering: that store is what failed, as
+        # when a component's own request to it fails first.
+        bucket, error = silent_store
+        facts.stop = Stop(
+            Reason.STORAGE_FAILED,
+            f"the object store holding {bucket} did not answer (no renewal of the lock of one "
+            f"run at a time was answered for a lease, last {type(error).__name__}: {error}); "
+            f"the run was stopped {where}; {retried}",
+        )
     return finish_run(facts, echo)
+
+
+def _lock_lost_to_a_silent_store(paths: RunPaths) -> tuple[str, Exception] | None:
+    """The bucket and the last unanswered request, when this process held the workdir's lock
+    in a bucket and lost it because the store answered no renewal for a lease."""
+    if not paths.remote:
+        return None
+    from pipelines.core import lease_lock
+
+    lock_object = paths.lock_object
+    lock = lease_lock.held(str(lock_object))
+    if lock is None or lock.unanswered is None:
+        return None
+    return f"{lock_object.scheme}://{lock_object.bucket}", lock.unanswered

@@ -34,6 +34,7 @@ from pipelines.core.failpoints import ENV as FAILPOINT
 from pipelines.core.failpoints import PAUSE_ENV
 from pipelines.core.paths import FRAMEWORK_ROOT
 from tests.cut_proxy import CutProxy
+from tests.gcs_tls_proxy import GcsTlsProxy
 from tests.serving_server import serving, wait_for
 from tests.storage_emulators import GCS_BUCKET, S3_BUCKET
 
@@ -214,9 +215,10 @@ def _store_gone_mid_push(
     next run takes over the lock the failed run could not delete, repairs and pushes."""
     # Another trainer setting: a new model, which the gate lets through (within 0.02). A short
     # lease: the failed run cannot delete its lock from the store that is gone, so the repair
-    # run takes it over once the lease has passed without a renewal. Long enough for the push
-    # to fail on its own first: the lease runs out with the store gone too, and a run that
-    # loses its lock is stopped (FAILED, killed by SIGTERM) before it can say why it failed.
+    # run takes it over once the lease has passed without a renewal. Which comes first depends
+    # on the store's client: the push's own request failing (S3's plugin gives up in seconds),
+    # or the lock lost for want of a renewal (TensorFlow's gs:// retries each request for
+    # longer than this lease), which stops the run; either way the verdict names the store.
     lease = f"runtime.concurrency.lease_seconds={lease_seconds}"
     retrain = ("--set", "trainer.train_steps=160", "--set", lease)
     config_before = storage.read_text(f"{runs.workdir}/serving/models.config")
@@ -347,3 +349,29 @@ def test_on_gcs_an_unchanged_rerun_answers_unchanged(gcs_night):
     assert again.returncode == 0, _out(again)
     assert "UNCHANGED: " in again.stdout, _out(again)
     assert "serving version 1" in again.stdout
+
+
+@pytest.fixture
+def gcs_through_cut_proxy(storage_emulators, tmp_path_factory):
+    """The GCS emulator behind a proxy the test can cut, reached through it both ways a run
+    reaches GCS: TensorFlow's built-in gs:// (Google's hosts, tunnelled to the cut proxy) and
+    google-cloud-storage (STORAGE_EMULATOR_HOST)."""
+    gcs_port = int(storage_emulators.gcs_endpoint.rsplit(":", 1)[1])
+    cut_proxy = CutProxy(gcs_port)
+    google_hosts = GcsTlsProxy(cut_proxy.endpoint, tmp_path_factory.mktemp("gcs-cut-hosts"))
+    environ = storage_emulators.real_gcs_environment()
+    environ.update(google_hosts.environment())
+    environ["STORAGE_EMULATOR_HOST"] = cut_proxy.endpoint
+    yield cut_proxy, environ
+    google_hosts.close()
+    cut_proxy.close()
+
+
+def test_on_gcs_the_store_gone_mid_push_fails_naming_it_and_the_next_run_repairs(
+    gcs_night, gcs_through_cut_proxy, tmp_path
+):
+    night, first = gcs_night
+    assert first.returncode == 0, _out(first)
+    cut_proxy, environ = gcs_through_cut_proxy
+    runs = BucketRuns(night.workdir, night.settings, environ, night.state_dir)
+    _store_gone_mid_push(runs, cut_proxy, tmp_path, f"gs://{GCS_BUCKET}")
