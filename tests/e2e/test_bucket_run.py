@@ -14,7 +14,9 @@ On GCS (gcp-storage-emulator) through exactly what real GCS uses: no gcs endpoin
 profile, so TensorFlow's built-in gs:// asks Google's hosts, which tests/gcs_tls_proxy.py serves
 from the emulator (google-cloud-storage, under Beam and the storage layer's listings, reaches it
 by STORAGE_EMULATOR_HOST): a cold run pushes version 1, `conveyor serve` serves it from the
-bucket, and an unchanged re-run answers UNCHANGED.
+bucket, an unchanged re-run answers UNCHANGED, and the store going away mid-push (a cut proxy in
+front of the emulator, which both clients go through) fails the run naming the bucket, version 1
+still served, and the next run repairs.
 """
 
 from __future__ import annotations
