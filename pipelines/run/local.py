@@ -246,6 +246,10 @@ def execute(
     runtime_parameter_utils.substitute_runtime_parameter(
         ir, {constants.PIPELINE_RUN_ID_PARAMETER_NAME: run_id}
     )
+    if paths.uses_object_storage:
+        from pipelines.core import storage
+
+        storage.share_beam_s3_clients()
     warm_ups = _warm_ups(spec, ir)
     progress = _ProgressHandler(echo, _warm_up_starter(warm_ups))
     secrets = run_secrets(spec)

@@ -3,7 +3,8 @@ gs:// and moto's server for s3:// (tests/storage_emulators.py starts both once p
 
 For each store: write, read, list, glob, stat (a rewrite to the same size is noticed), copy,
 remove and folder semantics through TensorFlow's filesystems in this process; the same through
-Beam's FileSystems (what Beam's readers and writers use); and both in a fresh process whose only
+Beam's FileSystems (what Beam's readers and writers use), whose S3 calls share one client once
+`share_beam_s3_clients` ran; and both in a fresh process whose only
 preparation is `storage.configure`, as a Beam SDK worker's would be. And the input header read
 of `conveyor run` on an object.
 """
@@ -152,6 +153,25 @@ def test_beam_filesystems_read_and_write_the_same_objects(base):
     assert FileSystems.checksum(f"{base}/by-beam.txt")
     FileSystems.delete([f"{base}/by-beam.txt"])
     assert not storage.exists(f"{base}/by-beam.txt")
+
+
+def test_beams_s3_filesystem_shares_one_client_and_still_reaches_the_store(storage_emulators):
+    """Beam makes a boto3 client per filesystem call (each reading the S3 model's JSON again);
+    with `share_beam_s3_clients` its calls share one, and read and write as before."""
+    from apache_beam.io.aws import s3io
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    FileSystems = _beam_filesystems()  # noqa: N806 - Beam's class, used as Beam spells it
+    options = PipelineOptions([])
+    storage.share_beam_s3_clients()
+    first, second = s3io.S3IO(options=options), s3io.S3IO(options=options)
+    assert first.client.client is second.client.client
+    base = f"{storage_emulators.root('s3')}/shared-client-{uuid.uuid4().hex[:8]}"
+    with FileSystems.create(f"{base}/by-beam.txt") as handle:
+        handle.write(b"one client")
+    assert storage.read_text(f"{base}/by-beam.txt") == "one client"
+    FileSystems.rename([f"{base}/by-beam.txt"], [f"{base}/renamed.txt"])
+    assert storage.listdir(base) == ["renamed.txt"]
 
 
 # A process with only `storage.configure(settings)` before it touches a store, and tensorflow-io's
