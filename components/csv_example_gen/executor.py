@@ -29,6 +29,7 @@ from components.arrow_example_gen.executor import REQUIRED_COLUMNS_OPTION
 from components.arrow_example_gen.splits import executor_options
 from components.csv_input import checks
 from components.csv_input.checks import CsvInputError
+from pipelines.core.failpoints import failpoint
 
 __all__ = ["REQUIRED_COLUMNS_OPTION", "CsvInputError", "Executor"]
 
@@ -114,6 +115,9 @@ class Executor(tfx_csv_executor.Executor):
             # TFX's reader skips no row: a malformed one is always a problem here.
             checks.check_inputs(paths, required, skip_bad_rows=False, opener=open_bytes)
         super().Do(input_dict, output_dict, exec_properties)
+        # The splits are written into this execution's folder, and ML Metadata has not heard
+        # of them: a kill here leaves examples no run may use (tests/faults/test_kill_resume.py).
+        failpoint("example_gen:mid")
 
     def GetInputSourceToExamplePTransform(self) -> beam.PTransform:  # noqa: N802 - TFX's name
         """TFX's CSV-to-tf.Example transform, with records cut by Python's csv module."""

@@ -45,6 +45,7 @@ from components.trainer.features import (
 )
 from components.trainer.parsing import MISSING_INT, MISSING_STRING, parse_examples
 from pipelines.core.artifact_files import TRAINING_SUMMARY_FILE
+from pipelines.core.failpoints import failpoint
 
 log = logging.getLogger(__name__)
 
@@ -342,6 +343,9 @@ class _ProgressRecorder(keras.callbacks.Callback):
         with tf.io.gfile.GFile(partial, "w") as handle:
             handle.write(json.dumps({"steps_done": (epoch + 1) * self._steps}))
         tf.io.gfile.rename(partial, self._path, overwrite=True)
+        # The chunk's checkpoint and its step count are both on disk: a kill here is the
+        # one a re-run must resume from (tests/faults/test_kill_resume.py).
+        failpoint("trainer:after_checkpoint")
 
 
 def _steps_already_done(checkpoint_dir: str | None) -> int:
@@ -460,7 +464,8 @@ def train(
                 _ProgressRecorder(os.path.join(checkpoint_dir, PROGRESS_FILE), steps_per_chunk),
             ]
         if resumed_from:
-            log.info("resuming from the checkpoint after step %d", resumed_from)
+            # Through absl: the runners capture absl's log into the run's log file.
+            absl_logging.info("resuming from the checkpoint after step %d", resumed_from)
         profile = (0, 0)
         if model_run_dir:
             # Only the chief profiles: every worker of a cluster on one host would write the
@@ -482,10 +487,13 @@ def train(
     finally:
         keras.mixed_precision.set_global_policy("float32")
 
-    trained_steps = train_steps - resumed_from
+    # The chunks this fit ran (Keras' history lists each epoch it ran, none it restored), so
+    # a resumed training shows the steps it trained, not the steps it was asked for.
+    trained_steps = len(history.epoch) * steps_per_chunk
     summary = {
         "steps": train_steps,
         "resumed_from_step": resumed_from,
+        "trained_steps": trained_steps,
         "examples_per_second": round(trained_steps * batch_size / max(seconds, 1e-9), 1),
         "seconds": round(seconds, 2),
         "strategy": type(strategy).__name__,

@@ -1,10 +1,17 @@
 """Named points where the fault tests kill a real process (`CONVEYOR_FAILPOINT=<name>`).
 
 Conveyor's guarantees (a failed run leaves serving untouched; the next run repairs what a
-killed one left) are proven by killing real runs at each phase of a push, not by reading the
-code. A kill at an exact phase cannot be timed from outside the process, so the phases call
-`failpoint(name)`: unless the environment variable names that point, it does nothing; when it
-does, the process is killed with SIGKILL on the spot, as the OOM killer or a power cut would.
+killed one left) are proven by killing real runs at each phase of a push and inside components,
+not by reading the code. A kill at an exact phase cannot be timed from outside the process, so
+the phases call `failpoint(name)`: unless the environment variable names that point, it does
+nothing; when it does, the process is killed with SIGKILL on the spot, as the OOM killer or a
+power cut would.
+
+The points of a push and its retention (`push:copied`, `push:renamed`, `push:configured`,
+`retain:hidden`, `run:before_finish`) are listed in docs/serving.md#failpoints; inside the
+components, for tests/faults/test_kill_resume.py:
+  example_gen:mid           CSV ExampleGen has written its splits, not yet returned to TFX;
+  trainer:after_checkpoint  the Trainer has checkpointed a chunk and recorded its step count.
 """
 
 from __future__ import annotations
