@@ -88,7 +88,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
     Exit code: 0 when all load and check, 1 when any fails.
     """
-    from pipelines.spec import checks, loading
+    from pipelines.spec import checks, guarantees, loading
 
     names = args.pipelines or loading.list_pipelines()
     profiles = [args.profile] if args.profile else loading.list_profiles()
@@ -108,6 +108,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
             reader = _csv_reader_line(loaded.spec)
             if reader:
                 print(f"     reader: {reader}")
+            target = loaded.spec.runtime.orchestrator
+            for gap in guarantees.gaps(loaded.spec, target):
+                print(f"     {gap.line(target)}")
             if args.print:
                 import yaml
 
@@ -137,7 +140,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
     Exit code: 0 when written; 1 (through `main`) on a spec or profile error.
     """
     from pipelines.run import compile as orchestration
-    from pipelines.spec import checks, loading
+    from pipelines.spec import checks, guarantees, loading
 
     loaded = loading.load_spec(args.pipeline, env=args.profile, overrides=args.set)
     target = checks.target_of(loaded, args.target)
@@ -150,6 +153,8 @@ def cmd_compile(args: argparse.Namespace) -> int:
     written = orchestration.compile_pipeline(loaded, target, workdir, output, tuple(args.set))
     for path in written:
         print(f"wrote {path}")
+    for gap in guarantees.gaps(loaded.spec, target):
+        print(gap.line(target))
     return 0
 
 

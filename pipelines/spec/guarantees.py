@@ -1,0 +1,143 @@
+"""What a local night guarantees that a pipeline compiled for an orchestrator does not, one line
+per guarantee, for `conveyor validate` and `conveyor compile` to say before anything runs.
+
+A local night (`conveyor run`) keeps every promise of the README. A compiled pipeline keeps
+those its orchestrator can: the builder builds some nodes differently there (the `on_target`
+column of the component table, `pipelines.spec.components`), and some promises belong to what
+`conveyor run` does around the pipeline (the lock, reconcile, the outcome record), which an
+orchestrator's last step does only in part (docs/orchestration.md, "What follows a run"). Each
+gap carries a code naming the guarantee, so callers and tests switch on it, not on the words.
+
+Standard library and the spec's own modules only: `validate` stays fast.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Any
+
+from pipelines.spec.components import COMPONENT_TYPES, Orchestrator
+
+
+class Guarantee(str, enum.Enum):
+    """A promise of a local night that a target may not keep."""
+
+    ACCEPTED_SCHEMA = "accepted_schema"  # an inferred schema is the last accepted run's
+    DRIFT_GATE = "drift_gate"  # the data gate compares tonight's span with the last one
+    TRAINING_WINDOW = "training_window"  # the Trainer learns from the spec's window of spans
+    WARM_START_FROM_SERVED = "warm_start_from_served"  # warm start from the model served
+    SERVED_BASELINE = "served_baseline"  # the model gate compares with the model served
+    SCHEDULED_SPAN = "scheduled_span"  # a night reads its own span (backfills too)
+    UNCHANGED_NIGHT = "unchanged_night"  # unchanged inputs answer UNCHANGED from a record
+    RETENTION = "retention"  # old versions and run folders retired after each run
+    BLOCKED_VERDICT = "blocked_verdict"  # a refused night is BLOCKED, with its findings
+    ONE_RUN_AT_A_TIME = "one_run_at_a_time"  # the workdir's lock, and reconcile before a run
+    OPERATIONS_SEE_RUNS = "operations_see_runs"  # bless/rollback/lineage read the run's record
+
+    def __str__(self) -> str:
+        return self.value
+
+
+# Which guarantee a component's `on_target` difference takes away.
+_COMPONENT_GUARANTEES = {
+    "schema_gen": Guarantee.ACCEPTED_SCHEMA,
+    "drift_baseline_resolver": Guarantee.DRIFT_GATE,
+    "span_window_resolver": Guarantee.TRAINING_WINDOW,
+    "warm_start_resolver": Guarantee.WARM_START_FROM_SERVED,
+    "baseline_resolver": Guarantee.SERVED_BASELINE,
+}
+
+# What a component's difference means for its guarantee, where its `on_target` text says only
+# what is built instead.
+_CONSEQUENCES = {
+    Guarantee.WARM_START_FROM_SERVED: "the latest blessed model, which may not be the one served",
+    Guarantee.SERVED_BASELINE: "the latest blessed model, which may not be the one served",
+}
+
+# What follows a run, per orchestrator: the gaps that do not depend on the spec's components.
+_RUN_GAPS: dict[Orchestrator, tuple[tuple[Guarantee, str], ...]] = {
+    Orchestrator.KUBEFLOW: (
+        (
+            Guarantee.UNCHANGED_NIGHT,
+            "no outcome record: a night whose inputs did not change runs again in full "
+            "(no UNCHANGED)",
+        ),
+        (
+            Guarantee.RETENTION,
+            "no retention: old versions and run folders stay until removed by hand",
+        ),
+        (
+            Guarantee.BLOCKED_VERDICT,
+            "a night the data gate refuses ends FAILED, not BLOCKED, and its alert names no "
+            "findings (they lie in a task folder the exit handler cannot name)",
+        ),
+        (
+            Guarantee.ONE_RUN_AT_A_TIME,
+            "no lock and no reconcile before a run: the recurring run's max concurrency of 1 "
+            "keeps scheduled nights apart, not runs started by hand",
+        ),
+        (
+            Guarantee.OPERATIONS_SEE_RUNS,
+            "conveyor bless, rollback and lineage cannot see the runs (Kubeflow keeps them in "
+            "its own ML Metadata)",
+        ),
+    ),
+    Orchestrator.AIRFLOW: (
+        (
+            Guarantee.UNCHANGED_NIGHT,
+            "no UNCHANGED short circuit: every task of an unchanged night runs, TFX's cache "
+            "making most of them cache hits",
+        ),
+        (
+            Guarantee.ONE_RUN_AT_A_TIME,
+            "one night at a time by the DAG's max_active_runs of 1; a conveyor run of the same "
+            "workdir meanwhile is not locked out",
+        ),
+    ),
+}
+
+
+@dataclass(frozen=True)
+class Gap:
+    """A guarantee the target does not keep, and how it falls short, in one line."""
+
+    guarantee: Guarantee
+    what: str  # the component or "run" it belongs to
+    how: str
+
+    def line(self, target: Orchestrator) -> str:
+        """The line `validate` and `compile` print: `differs on TARGET: CODE: WHAT: HOW`."""
+        return f"differs on {target.value}: {self.guarantee}: {self.what}: {self.how}"
+
+
+def gaps(spec: Any, target: Orchestrator) -> list[Gap]:
+    """The guarantees of a local night that `spec` compiled for `target` does not keep, in the
+    order of its components, then the run's."""
+    if target is Orchestrator.LOCAL:
+        return []
+    found = []
+    for component in spec.components:
+        if component.type is None:  # a team's own component: built alike everywhere
+            continue
+        how = COMPONENT_TYPES[component.type].on_target.get(target)
+        guarantee = _COMPONENT_GUARANTEES.get(component.type)
+        if how is None or guarantee is None:
+            continue
+        if guarantee is Guarantee.ACCEPTED_SCHEMA and spec.schema_.source.value != "infer":
+            continue  # a curated schema is the same file on every target
+        if guarantee in _CONSEQUENCES:
+            how = f"{how}: {_CONSEQUENCES[guarantee]}"
+        found.append(Gap(guarantee, component.id, how))
+    if target is Orchestrator.KUBEFLOW and spec.data.dated_spans:
+        found.append(
+            Gap(
+                Guarantee.SCHEDULED_SPAN,
+                "csv_example_gen",
+                "ExampleGen's driver reads the newest span in the input folder, not the "
+                "scheduled night's: no backfill, and a night whose data has not landed reads "
+                "the night before's again",
+            )
+        )
+    found += [Gap(guarantee, "run", how) for guarantee, how in _RUN_GAPS.get(target, ())]
+    return found

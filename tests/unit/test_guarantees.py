@@ -1,0 +1,66 @@
+"""What `validate` and `compile` say a compiled pipeline does not keep of a local night's
+guarantees (pipelines/spec/guarantees.py): by code, per target and per spec."""
+
+from pipelines import cli
+from pipelines.spec.components import Orchestrator
+from pipelines.spec.guarantees import Guarantee, gaps
+from pipelines.spec.loading import load_spec
+
+G = Guarantee
+KUBEFLOW_RUN_GAPS = {
+    G.UNCHANGED_NIGHT,
+    G.RETENTION,
+    G.BLOCKED_VERDICT,
+    G.ONE_RUN_AT_A_TIME,
+    G.OPERATIONS_SEE_RUNS,
+}
+
+
+def _codes(name: str, target: Orchestrator, *overrides: str) -> list[Guarantee]:
+    spec = load_spec(name, env="ci", overrides=list(overrides)).spec
+    return [gap.guarantee for gap in gaps(spec, target)]
+
+
+def test_a_local_night_keeps_every_guarantee():
+    assert _codes("taxi", Orchestrator.LOCAL) == []
+
+
+def test_taxi_on_kubeflow_loses_its_resolvers_its_span_and_what_follows_a_run():
+    codes = _codes("taxi", Orchestrator.KUBEFLOW)
+    assert len(codes) == len(set(codes))  # one line per guarantee
+    assert set(codes) == {
+        G.DRIFT_GATE,
+        G.TRAINING_WINDOW,
+        G.WARM_START_FROM_SERVED,
+        G.SERVED_BASELINE,
+        G.SCHEDULED_SPAN,
+        *KUBEFLOW_RUN_GAPS,
+    }
+
+
+def test_penguin_on_kubeflow_has_no_span_or_window_to_lose():
+    codes = set(_codes("penguin", Orchestrator.KUBEFLOW))
+    assert codes == {G.SERVED_BASELINE, *KUBEFLOW_RUN_GAPS}
+
+
+def test_an_inferred_schema_is_a_gap_on_kubeflow_and_a_curated_one_is_not():
+    curated = _codes("penguin", Orchestrator.KUBEFLOW, "schema.source=file")
+    inferred = _codes("penguin", Orchestrator.KUBEFLOW, "schema.source=infer")
+    assert G.ACCEPTED_SCHEMA not in curated
+    assert G.ACCEPTED_SCHEMA in inferred
+
+
+def test_airflow_keeps_the_resolvers_and_loses_the_lock_and_the_unchanged_answer():
+    assert set(_codes("taxi", Orchestrator.AIRFLOW)) == {G.UNCHANGED_NIGHT, G.ONE_RUN_AT_A_TIME}
+
+
+def test_validate_prints_one_line_per_gap_and_nothing_for_a_local_profile(capsys):
+    assert cli.main(["validate", "taxi", "--profile", "kubeflow"]) == 0
+    lines = [line.strip() for line in capsys.readouterr().out.splitlines()]
+    differs = [line for line in lines if line.startswith("differs on kubeflow: ")]
+    assert "differs on kubeflow: drift_gate: drift_baseline_resolver: no node: " in "\n".join(
+        differs
+    )
+    assert len(differs) == len(_codes("taxi", Orchestrator.KUBEFLOW))
+    assert cli.main(["validate", "taxi", "--profile", "local"]) == 0
+    assert "differs on" not in capsys.readouterr().out
