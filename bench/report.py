@@ -54,7 +54,7 @@ SLOTS: dict[str, tuple[str, str]] = {
     ),
     "trainer": ("trainer examples/s by distribution", "make bench-trainer"),
     "serving": (
-        "model server :predict against the in-process call",
+        "model server :predict against the signature's own call",
         'make bench-serving BENCH_ARGS="--workers 1 2 --server-threads 1 1"',
     ),
     "evaluator": (
@@ -290,11 +290,18 @@ def render_nightly(document: dict) -> list[str]:
     return lines + (["", *found] if found else [])
 
 
+SERVING_SIDE_LABELS = {"signature": "signature (the limit)", "tf_api": "TF API"}
+
+
 def render_serving(document: dict) -> list[str]:
+    """The sides' figures, the servers' ratios to both in-process sides, the floors (judged
+    against the limit) and where one request's time goes."""
     figures = document["figures"]
     cells = figures["cells"]
-    sides = ["savedmodel", "in_process", *cells[0]["servers"]]
-    header = ["batch", "clients", "figure", *(side.replace("_", "-") for side in sides)]
+    references = list(figures["references"])
+    servers = cells[0]["servers"]
+    sides = [*references, *servers]
+    header = ["batch", "clients", "figure", *(SERVING_SIDE_LABELS.get(s, s) for s in sides)]
     rows = []
     for cell in cells:
         for key, label, digits in (("p50_ms", "p50 ms", 2), ("requests_per_s", "req/s", 0)):
@@ -305,18 +312,46 @@ def render_serving(document: dict) -> list[str]:
     lines = table(header, rows, "rrl" + "r" * len(sides))
     lines += [
         "",
-        *(f"- {side.replace('_', '-')}: {what}" for side, what in figures["limits"].items()),
+        *(
+            f"- {SERVING_SIDE_LABELS.get(side, side)}: {what}"
+            for side, what in figures["references"].items()
+        ),
     ]
     lines.append(f"- load generator: {figures['load_generator']}")
     lines.append("")
+    ratio_header = ["batch", "clients", "server"]
+    for key in ("p50", "req/s"):
+        ratio_header += [f"{key} / {SERVING_SIDE_LABELS.get(r, r)}" for r in references]
+    ratio_rows = []
+    for cell in cells:
+        for server in servers:
+            ratios = [cell["ratios"][reference][server] for reference in references]
+            ratio_rows.append(
+                [str(cell["batch"]), str(cell["clients"]), server]
+                + [times(r["p50"]) for r in ratios]
+                + [percent(r["requests_per_s"]) for r in ratios]
+            )
+    lines += table(ratio_header, ratio_rows, "rrl" + "r" * 2 * len(references))
+    lines.append("")
     lines += table(
-        ["floor", "value", "verdict"],
+        ["floor, against the limit", "value", "verdict"],
         [
             [floor["what"], f"{floor['value']:.2f}", "**met**" if floor["met"] else "missed"]
             for floor in figures["floors"]
         ],
         "lrl",
     )
+    breakdown = figures.get("breakdown")
+    if breakdown:
+        batches = list(breakdown)
+        steps = [what for what, _ in breakdown[batches[0]]["rows"]]
+        by_batch = {batch: dict(breakdown[batch]["rows"]) for batch in batches}
+        lines.append("")
+        lines += table(
+            ["one request, microseconds", *(f"batch {batch}" for batch in batches)],
+            [[step, *(number(by_batch[b].get(step), 1) for b in batches)] for step in steps],
+            "l" + "r" * len(batches),
+        )
     return lines
 
 
@@ -447,14 +482,7 @@ def headline(document: dict) -> str:
         ratios = "; ".join(f"{row['label']} {row['ratio_vs_baseline']:.2f}x" for row in others)
         return f"examples/s against one device: {ratios}"
     if kind == "serving":
-        met = {}
-        for floor in figures["floors"]:
-            count = met.setdefault(floor["limit"].replace("_", "-"), [0, 0])
-            count[0] += floor["met"]
-            count[1] += 1
-        return "floors met: " + ", ".join(
-            f"{done} of {total} against {limit}" for limit, (done, total) in met.items()
-        )
+        return serving_headline(figures)
     if kind == "evaluator":
         return ", ".join(
             f"{engine} {figure['median']:.1f} s" for engine, figure in figures["seconds"].items()
@@ -465,6 +493,37 @@ def headline(document: dict) -> str:
             for name, s in figures["pipelines"].items()
         )
     return ""
+
+
+def serving_headline(figures: dict) -> str:
+    """The server against the limit (and TF's API): p50 at batch 1 with one client (one worker),
+    requests/s with the most clients at each batch size (the most workers), floors met."""
+    limit = figures["limit"]
+    others = [reference for reference in figures["references"] if reference != limit]
+    cells = figures["cells"]
+    servers = [side for side in cells[0]["servers"] if not side.endswith("+b")]
+    servers = servers or cells[0]["servers"]
+    single, widest = servers[0], servers[-1]
+    most = max(cell["clients"] for cell in cells)
+    parts = []
+    for cell in cells:
+        if cell["batch"] == 1 and cell["clients"] == 1:
+            ratios = cell["ratios"]
+            text = f"batch-1 p50 {times(ratios[limit][single]['p50'])} the signature's call"
+            for other in others:
+                label = SERVING_SIDE_LABELS.get(other, other)
+                text += f" ({times(ratios[other][single]['p50'])} the {label} call)"
+            parts.append(text)
+    shares = [
+        f"{percent(cell['ratios'][limit][widest]['requests_per_s'])} at batch {cell['batch']}"
+        for cell in cells
+        if cell["clients"] == most
+    ]
+    if shares:
+        parts.append(f"{most} clients, {widest}: {', '.join(shares)} of its req/s")
+    met = sum(floor["met"] for floor in figures["floors"])
+    parts.append(f"floors met: {met} of {len(figures['floors'])}")
+    return "; ".join(parts)
 
 
 def render_summary(documents: dict[str, dict]) -> list[str]:

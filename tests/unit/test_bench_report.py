@@ -237,3 +237,75 @@ def test_a_bucket_results_file_renders_each_pipeline_with_its_ratio_and_floor():
     assert report.headline(bucket).startswith(
         "penguin 1.25x the local run's wall time (50.0 s against 40.0 s); taxi night"
     )
+
+
+def test_a_serving_results_file_judges_the_floors_against_the_limit_and_keeps_tf_api():
+    def side(p50_ms, requests_per_s):
+        return {
+            "p50_ms": _spread(p50_ms),
+            "p99_ms": _spread(p50_ms * 2),
+            "requests_per_s": _spread(requests_per_s),
+        }
+
+    def cell(batch, clients, limit, tf_api, server):
+        sides = {"signature": side(*limit), "tf_api": side(*tf_api), "server x2": side(*server)}
+        ratios = {
+            reference: {
+                "server x2": {
+                    "p50": server[0] / figures[0],
+                    "p99": server[0] / figures[0],
+                    "requests_per_s": server[1] / figures[1],
+                }
+            }
+            for reference, figures in (("signature", limit), ("tf_api", tf_api))
+        }
+        return {"batch": batch, "clients": clients, "servers": ["server x2"], **sides,
+                "ratios": ratios}  # fmt: skip
+
+    serving = {
+        **PENGUIN,
+        "benchmark": "serving",
+        "figures": {
+            "load_generator": "wrk",
+            "limit": "signature",
+            "references": {"signature": "the server's own call", "tf_api": "TensorFlow's API"},
+            "cells": [
+                cell(1, 1, (0.1, 9000.0), (0.4, 2200.0), (0.5, 2000.0)),
+                cell(1, 8, (0.1, 12000.0), (3.0, 2200.0), (3.5, 8000.0)),
+            ],
+            "floors": [
+                {
+                    "what": "p50 at batch 1, 1 client(s), server x2 / signature <= 3",
+                    "reference": "signature",
+                    "value": 5.0,
+                    "met": False,
+                },
+                {
+                    "what": "req/s at batch 1, 8 clients, server x2 / signature >= 0.6",
+                    "reference": "signature",
+                    "value": 0.67,
+                    "met": True,
+                },
+            ],  # fmt: skip
+            "breakdown": {
+                "1": {"rows": [["JSON parse", 0.8], ["signature call", 110.0]]},
+                "64": {"rows": [["JSON parse", 24.0], ["signature call", 180.0]]},
+            },
+        },
+    }
+    block = report.render_block("serving", {"serving": serving})
+    assert "| batch | clients | figure | signature (the limit) | TF API | server x2 |" in block
+    assert "| 1 | 1 | p50 ms | 0.10 | 0.40 | 0.50 |" in block
+    assert (
+        "| batch | clients | server | p50 / signature (the limit) | p50 / TF API | "
+        "req/s / signature (the limit) | req/s / TF API |"
+    ) in block
+    assert "| 1 | 8 | server x2 | 35.00x | 1.17x | 67% | 364% |" in block
+    assert "| floor, against the limit | value | verdict |" in block
+    assert "| req/s at batch 1, 8 clients, server x2 / signature >= 0.6 | 0.67 | **met** |" in block
+    assert "| one request, microseconds | batch 1 | batch 64 |" in block
+    assert "| signature call | 110.0 | 180.0 |" in block
+    assert report.headline(serving) == (
+        "batch-1 p50 5.00x the signature's call (1.25x the TF API call); 8 clients, server x2: "
+        "67% at batch 1 of its req/s; floors met: 1 of 2"
+    )

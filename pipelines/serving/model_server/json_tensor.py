@@ -707,6 +707,12 @@ def _add_to_feature(value: Any, name: str, feature: Any) -> None:
 # ----------------------------------------------------------------------------- answers
 
 
+def _text(value: Any) -> str:
+    """A string tensor's value as JSON text: its bytes read as UTF-8, bytes that are not
+    UTF-8 replaced by U+FFFD."""
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
 def _nested(value: Any, convert) -> Any:
     if isinstance(value, list):
         return [_nested(v, convert) for v in value]
@@ -729,10 +735,9 @@ def json_values(name: str, array: np.ndarray) -> Any:
             return _nested(
                 array.tolist(), lambda b: {BASE64_KEY: base64.b64encode(bytes(b)).decode("ascii")}
             )
-        return _nested(
-            array.tolist(),
-            lambda b: b.decode("utf-8", "replace") if isinstance(b, bytes) else str(b),
-        )
+        if array.ndim == 1:  # a string per row: no nesting to walk
+            return [_text(value) for value in array.tolist()]
+        return _nested(array.tolist(), _text)
     tf_name = {"float16": "half", "complex64": "complex64", "complex128": "complex128"}
     raise invalid_argument(
         f"Failed to write JSON value for tensor type: {tf_name.get(kind.name, kind.name)}"
@@ -804,6 +809,11 @@ def _row_fragments(array: np.ndarray) -> list:
         return [orjson.Fragment(text) for text in texts]
     inner = array.shape[1:]
     size = math.prod(inner)
+    if len(inner) == 1 and size and texts:
+        # Rows of numbers: every row's text in one formatting of a row's template.
+        row = "[" + ",".join(["%s"] * size) + "]"
+        rows = ("\n".join([row] * array.shape[0]) % tuple(texts)).split("\n")
+        return [orjson.Fragment(text) for text in rows]
     return [
         orjson.Fragment(_nested_text(texts[row * size : (row + 1) * size], inner))
         for row in range(array.shape[0])
@@ -818,18 +828,19 @@ _SPECIAL_TEXT = {math.inf: "Infinity", -math.inf: "-Infinity"}
 
 def _float_texts(flat: np.ndarray) -> list[str]:
     """`float32_text` (float32) or `float64_text` (float64) of each value of a flat array; for
-    many values with numpy's help: which values "%g" gives back is decided for all at once, then
-    each is formatted once ("%g", or "%.9g" / "%.17g"), and ".0" and the non-finite values' words
-    are put where they apply."""
+    many values with numpy's help: which values "%g" gives back is decided for all at once, all
+    are formatted in one string formatting ("%g", or "%.9g" / "%.17g" after it), and ".0" and
+    the non-finite values' words are put where they apply."""
     values = flat.tolist()
     single = flat.dtype.char == "f"
     if len(values) < _FLOAT_TEXTS_AT_ONCE:
         text = float32_text if single else float64_text
         return [text(v) for v in values]
     finite = np.isfinite(flat)
-    if single:
+    if single:  # every value in one formatting, each with the format that gives it back
         six = _six_digits_suffice(flat).tolist()
-        texts = [format(v, "g" if short else ".9g") for short, v in zip(six, values, strict=True)]
+        formats = "\n".join(["%g" if short else "%.9g" for short in six])
+        texts = (formats % tuple(values)).split("\n")
     else:  # doubles: "%g" of every value, read back to find those it does not give back
         texts = ("%g\n" * len(values) % tuple(values)).split("\n")
         texts.pop()
@@ -918,8 +929,10 @@ def predict_answer(
     if len(names) == 1:
         return {"predictions": values(names[0], outputs[names[0]])}
     rows = _answer_rows if arrays else json_values
-    columns = {name: rows(name, outputs[name]) for name in names}
-    return {"predictions": [{name: columns[name][i] for name in names} for i in range(batch)]}
+    columns = [rows(name, outputs[name]) for name in names]
+    return {
+        "predictions": [dict(zip(names, row, strict=True)) for row in zip(*columns, strict=True)]
+    }
 
 
 def classify_answer(labels: np.ndarray | None, scores: np.ndarray | None) -> dict:

@@ -132,8 +132,9 @@ class Signature:
         import tensorflow as tf
 
         try:
-            if self._fits_flat_call(feeds):
-                outputs = self._call_tensors(_eager_tensors(feeds, self._flat_inputs))
+            tensors = self.input_tensors(feeds)
+            if tensors is not None:
+                outputs = self._call_tensors(tensors)
             else:
                 outputs = self.function(
                     **{
@@ -143,15 +144,26 @@ class Signature:
                 )
         except (tf.errors.OpError, TypeError, ValueError) as err:
             raise from_tensorflow(err) from None
-        # `_numpy()` is what `numpy()` returns a copy of: the answer only reads the outputs.
-        return {name: tensor._numpy() for name, tensor in outputs.items()}
+        return output_arrays(outputs)
+
+    def input_tensors(self, feeds: Mapping[str, Any]) -> list | None:
+        """A request's arrays (name -> array) as the flat call's input tensors, in its order;
+        None when they do not fit it (`_fits_flat_call`), and the structured call takes them.
+        Raises TensorFlow's TypeError or ValueError for a value its dtype cannot hold."""
+        if not self._fits_flat_call(feeds):
+            return None
+        return _eager_tensors(feeds, self._flat_inputs)
+
+    def call_flat(self, tensors: list) -> Mapping[str, Any]:
+        """The function run on `input_tensors`' list: its output tensors by name, as `call`
+        runs it (for timing a request's steps apart: the serving benchmark's breakdown)."""
+        return self._call_tensors(tensors)
 
     def prepared_call(self, tensors: Mapping[str, Any]) -> Callable[[], Mapping[str, Any]]:
         """A call of the function on these ready-made tensors (name -> tf.Tensor), returning
         its output tensors by name: the call `call` makes (`_call_tensors`), with everything
         `call` does around it (conversion, checks, reading the outputs) done once here. What a
-        server with no overhead at all would do per request: the serving benchmark's stricter
-        reference (its limit is the SavedModel called through TensorFlow's API)."""
+        server with no overhead at all would do per request: the serving benchmark's limit."""
         if not self._fits_flat_call(tensors):
             return lambda: self.function(**tensors)
         flat = [tensors[name] for name, _, _ in self._flat_inputs]
@@ -396,6 +408,12 @@ def _same_outputs(expected: Mapping[str, Any], actual: Mapping[str, Any]) -> boo
         elif not np.array_equal(left, right):
             return False
     return True
+
+
+def output_arrays(outputs: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    """A call's output tensors as numpy arrays, by name. `_numpy()` is what `numpy()` returns a
+    copy of: the answer only reads the outputs, so the copy is not needed."""
+    return {name: tensor._numpy() for name, tensor in outputs.items()}
 
 
 def _eager_tensors(feeds: Mapping[str, Any], specs: tuple) -> list:
