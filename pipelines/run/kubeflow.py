@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from pipelines.core.object_path import as_path
-from pipelines.spec.checks import ProfileError, profile_file
+from pipelines.spec import checks
 from pipelines.spec.loading import LoadedSpec
 from pipelines.spec.models import Orchestrator, PipelineSpec, ResourcesSpec
 
@@ -171,34 +171,6 @@ def _fill_missing_resources(job: dict[str, Any], spec: PipelineSpec) -> list[str
     return filled
 
 
-def task_variables(spec: PipelineSpec) -> dict[str, str]:
-    """The environment variables Conveyor's tasks read on Kubeflow, by the key that names each
-    (the exit handler's webhook and Pushgateway URL); unset keys are left out."""
-    runtime = spec.runtime
-    named = {
-        "runtime.alert_webhook_env": runtime.alert_webhook_env,
-        "runtime.metrics.pushgateway_url_env": runtime.metrics.pushgateway_url_env,
-    }
-    return {key: variable for key, variable in named.items() if variable}
-
-
-def check_task_environment(loaded: LoadedSpec) -> None:
-    """Refuses a profile whose tasks would read a variable nothing sets: in a Kubeflow pod only
-    `runtime.container.secret_env` sets them, and a missing webhook would be a silent alert.
-
-    Raises:
-      ProfileError: naming the key, the variable and the profile file to add it to.
-    """
-    secret_env = loaded.spec.runtime.container.secret_env
-    for key, variable in task_variables(loaded.spec).items():
-        if variable not in secret_env:
-            raise ProfileError(
-                f"{profile_file(loaded)}: {key} is {variable!r}, which no Kubeflow task has: "
-                f"name the Kubernetes secret that holds it in runtime.container.secret_env "
-                f"({variable}: {{secret: NAME, key: KEY}})."
-            )
-
-
 def kubernetes_platform_spec(job: dict[str, Any], spec: PipelineSpec) -> dict[str, Any]:
     """KFP's kubernetes platform spec giving every container task the profile's secret env,
     encoded as kfp-kubernetes's `use_secret_as_env` encodes it (one `secretAsEnv` per secret,
@@ -302,7 +274,7 @@ def compile_pipeline(loaded: LoadedSpec, workdir: str, output: Path) -> list[Pat
 
     from pipelines.builder.pipeline import build_pipeline
 
-    check_task_environment(loaded)  # before TFX is imported
+    checks.check_task_environment(loaded)  # before TFX is imported (validate checks it too)
     spec = loaded.spec
     pipeline = build_pipeline(spec, as_path(workdir), target=Orchestrator.KUBEFLOW)
     _, artifact_classes = attach_resources(pipeline, spec)

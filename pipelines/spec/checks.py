@@ -77,6 +77,8 @@ def check_profile(loaded: LoadedSpec, target: Orchestrator | None = None) -> Non
             f"{prefix}schedule.start_date: Airflow needs a start date for the nightly DAG."
         )
     check_training_launcher(spec, target, prefix)
+    if target is Orchestrator.KUBEFLOW:
+        check_task_environment(loaded)
     textfile_dir = spec.runtime.metrics.textfile_dir
     if target is Orchestrator.KUBEFLOW and textfile_dir and Path(textfile_dir).is_absolute():
         # The exit handler's pod is gone once it has written: only the workdir is shared.
@@ -85,6 +87,34 @@ def check_profile(loaded: LoadedSpec, target: Orchestrator | None = None) -> Non
             "Kubeflow exit handler's pod, which nothing reads; give a folder relative to the "
             "workdir (the storage every task sees), or use runtime.metrics.pushgateway_url_env."
         )
+
+
+def task_variables(spec: PipelineSpec) -> dict[str, str]:
+    """The environment variables Conveyor's tasks read on Kubeflow, by the key that names each
+    (the exit handler's webhook and Pushgateway URL); unset keys are left out."""
+    runtime = spec.runtime
+    named = {
+        "runtime.alert_webhook_env": runtime.alert_webhook_env,
+        "runtime.metrics.pushgateway_url_env": runtime.metrics.pushgateway_url_env,
+    }
+    return {key: variable for key, variable in named.items() if variable}
+
+
+def check_task_environment(loaded: LoadedSpec) -> None:
+    """Refuses a profile whose tasks would read a variable nothing sets: in a Kubeflow pod only
+    `runtime.container.secret_env` sets them, and a missing webhook would be a silent alert.
+
+    Raises:
+      ProfileError: naming the key, the variable and the profile file to add it to.
+    """
+    secret_env = loaded.spec.runtime.container.secret_env
+    for key, variable in task_variables(loaded.spec).items():
+        if variable not in secret_env:
+            raise ProfileError(
+                f"{profile_file(loaded)}: {key} is {variable!r}, which no Kubeflow task has: "
+                f"name the Kubernetes secret that holds it in runtime.container.secret_env "
+                f"({variable}: {{secret: NAME, key: KEY}})."
+            )
 
 
 def check_training_launcher(spec: PipelineSpec, target: Orchestrator, prefix: str = "") -> None:

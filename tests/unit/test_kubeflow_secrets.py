@@ -132,6 +132,11 @@ def test_a_variable_a_task_reads_without_a_secret_is_refused(tmp_path, capsys):
     assert "runtime.alert_webhook_env is 'CONVEYOR_ALERT_URL', which no Kubeflow task has" in err
     assert "configs/kubeflow.yaml" in err and "runtime.container.secret_env" in err
     assert not output.exists()
+    # validate says the same, before anyone compiles.
+    validate = ["validate", "penguin", "--profile", "kubeflow", *_set_args(overrides)]
+    assert cli.main(validate) == 1
+    err = capsys.readouterr().err
+    assert "FAIL penguin [kubeflow]: configs/kubeflow.yaml: runtime.alert_webhook_env is" in err
 
 
 def test_without_secret_env_the_job_has_no_platform_spec(compiled):
