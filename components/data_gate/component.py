@@ -25,7 +25,7 @@ from tfx.dsl.component.experimental.decorators import component
 from tfx.dsl.io import fileio
 from tfx.types import artifact, artifact_utils, standard_artifacts
 
-from pipelines.core.artifact_files import GATE_FINDINGS_FILE
+from pipelines.core.artifact_files import GATE_FINDINGS_FILE, GATE_VERDICT_FILE
 from pipelines.core.outcome import Reason
 
 ANOMALIES_FILE = "SchemaDiff.pb"  # as tfx.components.example_validator.executor writes it
@@ -242,12 +242,21 @@ def DataGate(  # noqa: N802 - TFX names components like classes
     # Optional: a default of None is how TFX's function components declare an optional input.
     previous_statistics: InputArtifact[standard_artifacts.ExampleStatistics] = None,
     previous_examples: InputArtifact[standard_artifacts.Examples] = None,
+    runs_dir: Parameter[str] = None,
+    job_name: Parameter[str] = None,
+    job_resource_name: Parameter[str] = None,
 ) -> None:
     """Raises DataGateError listing each problem; passes (and records findings) when none.
 
     `thresholds` is JSON: {"drift": {column: max}, "skew": {column: max},
     "serving_data_dir": path or null, "drift_unmeasured": why this build has no drift baseline
     (optional: a target that resolves no earlier span)}.
+
+    On Kubeflow, `runs_dir` (the pipeline's folder of run folders) and KFP's job name
+    placeholders (`{{$.pipeline_job_name}}`, `{{$.pipeline_job_resource_name}}`) name the run's
+    folder as the exit handler names it from the run's final status; a gate that refuses the
+    data writes its verdict there (`write_verdict`), since its failed task publishes no artifact
+    and the exit handler could otherwise report only a failed task.
     """
     from tfx.utils import io_utils
 
@@ -287,9 +296,32 @@ def DataGate(  # noqa: N802 - TFX names components like classes
         result["reason"] = DataGateError.reason.value
     write_findings(findings.uri, result)
     if problems:
-        raise DataGateError(
+        error = DataGateError(
             f"Data gate: the data in {input_base} ({data_description}) is not fit to train on, "
             f"so the run stopped before training and nothing was pushed. {len(problems)} "
             f"problem{'' if len(problems) == 1 else 's'}: " + " | ".join(problems),
             result,
         )
+        if runs_dir:
+            write_verdict(runs_dir, job_name, job_resource_name, error)
+        raise error
+
+
+def write_verdict(
+    runs_dir: str, job_name: str | None, job_resource_name: str | None, error: DataGateError
+) -> str | None:
+    """Writes the refusal (reason, message, findings) into the Kubeflow run's folder under
+    `runs_dir`, named from KFP's job name as the exit handler names it; returns the file, or
+    None when KFP resolved neither placeholder (no name to meet the exit handler by)."""
+    from components.run_finish.component import report_run_id
+
+    resolved = [n for n in (job_resource_name, job_name) if n and not n.startswith("{{")]
+    if not resolved:
+        return None
+    folder = os.path.join(runs_dir, report_run_id(resolved[0]))
+    fileio.makedirs(folder)
+    target = os.path.join(folder, GATE_VERDICT_FILE)
+    verdict = {"reason": error.reason.value, "message": str(error), "findings": error.findings}
+    with fileio.open(target, "w") as handle:
+        handle.write(json.dumps(verdict, indent=2))
+    return target

@@ -14,13 +14,15 @@ to the webhook in `runtime.alert_webhook_env` (which the container's environment
 and exports the run's Prometheus metrics to the sinks in `runtime.metrics`, with the same names
 and labels as every run's (pushed as the group `{job, pipeline}`):
 
-- `conveyor_run_outcome`: `failed` for a run that did not succeed; for one that did, `pushed`
+- `conveyor_run_outcome`: `blocked` for a night the data gate refused, `failed` for any other
+  run that did not succeed; for one that did, `pushed`
   when the newest version in the serving folder was pushed after the job was created, else
   `not_pushed`. Without the job's creation time (`job_created_at`, which KFP fills from
   `{{$.pipeline_job_create_time_utc}}`; a backend that does not resolve it leaves the
   placeholder) pushed and not_pushed cannot be told apart: only `failed` and `blocked` are
-  exported, as 0. `conveyor_run_reason`: `component_failed` (`interrupted` for a cancelled
-  run), `pushed`, or `unknown` for a run that succeeded without a push (why is in KFP's store).
+  exported, as 0. `conveyor_run_reason`: `data_gate_blocked`, `component_failed` (`interrupted`
+  for a cancelled run), `pushed`, or `unknown` for a run that succeeded without a push (why is
+  in KFP's store).
 - `conveyor_run_finished_timestamp_seconds`: when the exit handler ran;
   `conveyor_run_duration_seconds`: from the job's creation to then (queueing included), when
   the creation time is known.
@@ -31,11 +33,12 @@ and labels as every run's (pushed as the group `{job, pipeline}`):
 
 What it cannot do, and why: KFP records the run in its own ML Metadata, which a task cannot
 read, so the report and the alert carry the run, its state and KFP's error (which names the
-failed task) but no node details, no data gate findings and no evaluation; a data gate that
-refused the data shows as a failed run (reason `component_failed`), and a model held back
-shows as not pushed with reason `unknown`. For the same reason the metrics read from a run's
-store are absent: component durations and cache hits, rows, anomalies, drift and skew, the
-evaluation's values, the blessings and the span. The outcome record exists only for
+failed task) but no node details and no evaluation, and a model held back shows as not pushed
+with reason `unknown`. A data gate that refused the data wrote its verdict into the run's
+folder (`components.data_gate.component.write_verdict`): the run is BLOCKED with the gate's
+message and findings (`gate_verdict_stop`), as a local night. For the same reason the metrics
+read from a run's store are absent: component durations and cache hits, rows, anomalies, drift
+and skew, the evaluation's values, the blessings and the span. The outcome record exists only for
 `conveyor run` and Airflow, whose store Conveyor reads.
 """
 
@@ -156,6 +159,25 @@ def newest_push(serving_dir: str) -> tuple[int, float] | None:
     return None if pushed_at is None else (versions[-1], pushed_at)
 
 
+def gate_verdict_stop(paths, folder: str):
+    """The data gate's refusal of this run, as the gate wrote it into the run's folder
+    (`components.data_gate.component.write_verdict`), as a BLOCKED `Stop` with its findings;
+    None when the gate refused nothing (or its verdict cannot be read: the run stays FAILED)."""
+    import json
+
+    from pipelines.core import storage
+    from pipelines.core.artifact_files import GATE_VERDICT_FILE
+    from pipelines.core.outcome import Reason
+    from pipelines.finish.contract import Stop
+
+    try:
+        verdict = json.loads(storage.read_text(str(paths.run_dir(folder) / GATE_VERDICT_FILE)))
+        reason = Reason(verdict["reason"])
+        return Stop(reason, str(verdict["message"]), verdict.get("findings"))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
 def final_status_facts(
     final_status: str,
     resolved_spec: str,
@@ -194,13 +216,16 @@ def final_status_facts(
     created = utc_seconds(job_created_at)
     paths = RunPaths(as_path(workdir or "."), spec)
     pushed = newest_push(str(paths.serving_dir)) if workdir else None
+    folder = report_run_id(_job(status)) if workdir else ""
+    if stop is not None and workdir:
+        stop = gate_verdict_stop(paths, folder) or stop
     facts = RunFacts(
         compiled_spec(spec),
         paths,
         _job(status),
         stop=stop,
         pipeline_seconds=None if created is None else max(0.0, now - created),
-        folder=report_run_id(_job(status)) if workdir else "",
+        folder=folder,
         in_store=False,
         finished_at=now,
         last_push=pushed,

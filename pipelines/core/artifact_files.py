@@ -8,4 +8,7 @@ TensorFlow), so the names live on the floor under both.
 DATA_GATE_TYPE = "data_gate"  # the spec's component type of the data gate
 GATE_FINDINGS_KEY = "findings"  # the data gate's output key: TFX names its folder after it
 GATE_FINDINGS_FILE = "findings.json"  # what the data gate writes in that folder
+# What a data gate that stopped a Kubeflow run writes into the run's folder, where the exit
+# handler finds it by the job's name (a failed task publishes no artifact).
+GATE_VERDICT_FILE = "data_gate_verdict.json"
 TRAINING_SUMMARY_FILE = "training_summary.json"  # the trainer's summary in its ModelRun folder

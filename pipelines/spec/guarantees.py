@@ -31,7 +31,6 @@ class Guarantee(str, enum.Enum):
     SCHEDULED_SPAN = "scheduled_span"  # a night reads its own span (backfills too)
     UNCHANGED_NIGHT = "unchanged_night"  # unchanged inputs answer UNCHANGED from a record
     RETENTION = "retention"  # old versions and run folders retired after each run
-    BLOCKED_VERDICT = "blocked_verdict"  # a refused night is BLOCKED, with its findings
     ONE_RUN_AT_A_TIME = "one_run_at_a_time"  # the workdir's lock, and reconcile before a run
     OPERATIONS_SEE_RUNS = "operations_see_runs"  # bless/rollback/lineage read the run's record
 
@@ -66,11 +65,6 @@ _RUN_GAPS: dict[Orchestrator, tuple[tuple[Guarantee, str], ...]] = {
         (
             Guarantee.RETENTION,
             "no retention: old versions and run folders stay until removed by hand",
-        ),
-        (
-            Guarantee.BLOCKED_VERDICT,
-            "a night the data gate refuses ends FAILED, not BLOCKED, and its alert names no "
-            "findings (they lie in a task folder the exit handler cannot name)",
         ),
         (
             Guarantee.ONE_RUN_AT_A_TIME,

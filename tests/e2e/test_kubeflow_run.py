@@ -6,8 +6,9 @@ bucket Vertex AI mounts at `/gcs/`.
 
 One compile and one bucket through the module, in order: a first night that pushes version 1
 and serves it; a night whose data lacks a column, stopped at the data gate with serving
-untouched. A second night that is judged against the first night's model is taxi's
-(tests/e2e/test_kubeflow_taxi.py), which also warm-starts from it.
+untouched and the run BLOCKED with the gate's findings, as a local night. A second night that is
+judged against the first night's model is taxi's (tests/e2e/test_kubeflow_taxi.py), which also
+warm-starts from it.
 """
 
 import json
@@ -161,6 +162,11 @@ def test_a_night_without_a_column_stops_at_the_data_gate(bucket, first_night):
     assert served_versions(str(paths.serving_dir)) == versions
     assert model_digest(str(paths.serving_dir / str(versions[-1]))) == served
     summary = _summary(bucket, blocked)
-    # What the exit handler can say today: the run failed, and which task (KFP's error).
-    assert summary["outcome"] == "failed", summary
-    assert "data_gate" in summary["message"]
+    # BLOCKED with the gate's own words and findings, as a local night: the gate wrote its
+    # verdict into the run's folder, where the exit handler finds it by the job's name.
+    assert summary["outcome"] == "blocked", summary
+    assert summary["reason"] == "data_gate_blocked"
+    assert summary["message"].startswith("Data gate: the data in "), summary["message"]
+    assert "flipper_length_mm" in summary["message"]
+    columns = {row["column"] for row in summary["data_gate"]["anomalies"]}
+    assert columns == {"flipper_length_mm"}, summary["data_gate"]

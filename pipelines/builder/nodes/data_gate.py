@@ -30,7 +30,13 @@ def build(ctx: BuildContext, node_id: str) -> None:
     }
     if data.drift and not drift_from:
         limits["drift_unmeasured"] = f"the {ctx.target.value} build resolves no earlier span"
+    # On Kubeflow the gate's refusal is written where the exit handler finds it by the job's
+    # name (KFP fills the placeholders), so that the run ends BLOCKED with its findings.
+    kubeflow = ctx.target is Orchestrator.KUBEFLOW
     node = DataGate(
+        runs_dir=str(ctx.paths.runs_dir) if kubeflow else None,
+        job_name="{{$.pipeline_job_name}}" if kubeflow else None,
+        job_resource_name="{{$.pipeline_job_resource_name}}" if kubeflow else None,
         anomalies=ctx.need("anomalies", node_id),
         statistics=ctx.need("statistics", node_id),
         schema=ctx.need("schema", node_id),
