@@ -55,8 +55,11 @@ def main(argv: list[str]) -> None:
     """Registers the named artifact types, then runs TFX's entry point as `python -m` would."""
     import runpy
 
+    from pipelines.core import storage
+
     types, rest = split_arguments(argv[1:])
     register_artifact_types(types)
+    storage.share_beam_s3_clients()  # Beam's s3:// makes a client per call otherwise
     sys.argv = [argv[0], *rest]
     runpy.run_module(TFX_ENTRYPOINT, run_name="__main__", alter_sys=True)
 
