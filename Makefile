@@ -30,7 +30,7 @@ help:
 	@echo "make bench-data      data path vs raw TFX at 150k and 1.5M taxi rows"
 	@echo "make bench-trainer   trainer examples/s: XLA, mirrored, multi-worker (taxi)"
 	@echo "make bench-nightly   one taxi night, Conveyor beside raw TFX, at 100k and 1M rows"
-	@echo "make bench-serving   local model server :predict vs the in-process call (penguin)"
+	@echo "make bench-serving   local model server :predict against the signature's own call (penguin)"
 	@echo "make bench-report    rewrite the benchmark tables of README.md and bench/README.md from bench/results/"
 	@echo "make gpu-check       the gpu profile on penguin and taxi (needs GPUs)"
 	@echo "make lock            re-resolve requirements.in into requirements.lock"
