@@ -452,16 +452,8 @@ class HttpOnly:
 
     def p50_us(self, batch: int, seconds: float) -> float:
         """wrk's p50 in microseconds with one connection for `seconds`."""
-        command = [
-            "wrk",
-            *("-t1", "-c1", f"-d{max(1, round(seconds))}s", "--latency"),
-            *("-s", str(self._script), f"http://127.0.0.1:{self._port}/{batch}"),
-        ]
-        env = {**os.environ, "BENCH_BODY": str(self._bodies[batch])}
-        done = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
-        if done.returncode != 0:
-            raise RuntimeError(f"wrk failed ({done.returncode}): {done.stderr.strip()}")
-        return _wrk_figures(done.stdout)["p50_ms"] * 1000
+        url = f"http://127.0.0.1:{self._port}/{batch}"
+        return run_wrk(self._script, url, self._bodies[batch], 1, seconds)["p50_ms"] * 1000
 
     def stop(self) -> None:
         self._process.terminate()
@@ -578,16 +570,7 @@ class Server:
             self._wrk(batch, max(CLIENTS), WARM_UP_SECONDS)
 
     def _wrk(self, batch: int, clients: int, seconds: float) -> dict:
-        command = [
-            "wrk",
-            *("-t1", f"-c{clients}", f"-d{max(1, round(seconds))}s", "--latency"),
-            *("-s", str(self._script), self.url),
-        ]
-        env = {**os.environ, "BENCH_BODY": str(self._bodies[batch])}
-        done = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
-        if done.returncode != 0:
-            raise RuntimeError(f"wrk failed ({done.returncode}): {done.stderr.strip()}")
-        return _wrk_figures(done.stdout)
+        return run_wrk(self._script, self.url, self._bodies[batch], clients, seconds)
 
     def stop(self) -> None:
         """SIGTERM, then SIGKILL after 20 s."""
@@ -596,6 +579,21 @@ class Server:
             self._process.wait(timeout=20)
         except subprocess.TimeoutExpired:
             self._process.kill()
+
+
+def run_wrk(script: Path, url: str, body: Path, clients: int, seconds: float) -> dict:
+    """wrk (one thread, `clients` keep-alive connections) POSTing `body` to `url` for
+    `seconds`; its figures (`_wrk_figures`)."""
+    command = [
+        "wrk",
+        *("-t1", f"-c{clients}", f"-d{max(1, round(seconds))}s", "--latency"),
+        *("-s", str(script), url),
+    ]
+    env = {**os.environ, "BENCH_BODY": str(body)}
+    done = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"wrk failed ({done.returncode}): {done.stderr.strip()}")
+    return _wrk_figures(done.stdout)
 
 
 def _wrk_figures(report: str) -> dict:

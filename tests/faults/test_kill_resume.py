@@ -20,45 +20,28 @@ import json
 import os
 import struct
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from pipelines.core import metadata
-from pipelines.core.failpoints import ENV as FAILPOINT
-from pipelines.core.outcome import EXIT_FAILED
-from pipelines.core.paths import FRAMEWORK_ROOT, RunPaths
+from pipelines.core.paths import RunPaths
 from pipelines.serving_state import versions
 from pipelines.serving_state.records import recorded_pushes
 from pipelines.spec.loading import load_spec
+from tests.faults.killed_runs import (
+    ANY_MODEL,
+    assert_killed,
+    run_penguin,
+    write_penguin_data,
+)
 
 pytestmark = pytest.mark.e2e
 
-CONVEYOR = str(Path(sys.executable).with_name("conveyor"))
-ANY_MODEL = ["evaluation.metrics=[{name: SparseCategoricalAccuracy, lower_bound: 0.0}]"]
-KILLED = "FAILED: the run was killed by SIGKILL (out of memory?)"  # the parent's verdict
 # The Trainer's kill: 4 chunks of 10 steps, killed after the first one's checkpoint.
 TRAIN_STEPS, CHUNK = 40, 10
 CHUNKED = [f"trainer.train_steps={TRAIN_STEPS}", f"trainer.checkpoint_every_steps={CHUNK}"]
 ADDED_ROWS = 16  # appended to the input before the ExampleGen kill, so that ExampleGen runs
-
-
-def _run(workdir: Path, *extra: str, failpoint: str | None = None):
-    argv = [CONVEYOR, "run", "penguin", "--env", "ci", "--workdir", str(workdir)]
-    argv += [f"--set={o}" for o in (*ANY_MODEL, *extra)]
-    env = {k: v for k, v in os.environ.items() if k != FAILPOINT}
-    if failpoint:
-        env[FAILPOINT] = failpoint
-    return subprocess.run(
-        argv, cwd=FRAMEWORK_ROOT, env=env, capture_output=True, text=True, timeout=600
-    )
-
-
-def _assert_killed(run: subprocess.CompletedProcess, node: str) -> None:
-    """The pipeline process died by SIGKILL in `node`; its parent said so and exited FAILED."""
-    assert run.returncode == EXIT_FAILED, run.stdout + run.stderr
-    assert f"{KILLED} during {node};" in run.stdout, run.stdout
 
 
 def _run_log(run: subprocess.CompletedProcess) -> str:
@@ -124,14 +107,8 @@ class Pipeline:
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory):
     workdir = tmp_path_factory.mktemp("kill-resume")
-    done = subprocess.run(
-        [CONVEYOR, "data", "penguin", "--workdir", str(workdir)],
-        cwd=FRAMEWORK_ROOT,
-        capture_output=True,
-        text=True,
-    )
-    assert done.returncode == 0, done.stderr
-    first = _run(workdir, "trainer.train_steps=20")
+    write_penguin_data(workdir)
+    first = run_penguin(workdir, "trainer.train_steps=20")
     assert first.returncode == 0 and "PUSHED: pushed version 1" in first.stdout, first.stderr
     return workdir
 
@@ -151,9 +128,9 @@ def test_killed_in_example_gen_nothing_is_used_and_the_next_run_reads_every_row(
     served, config = pipeline.served(), pipeline.models_config.read_bytes()
     recorded_examples = pipeline.uris("Examples")
 
-    killed = _run(workdir, "trainer.train_steps=20", failpoint="example_gen:mid")
+    killed = run_penguin(workdir, "trainer.train_steps=20", failpoint="example_gen:mid")
 
-    _assert_killed(killed, "csv_example_gen")
+    assert_killed(killed, "during csv_example_gen;")
     # The killed execution wrote its splits, but ML Metadata never recorded them.
     examples_root = pipeline.paths.pipeline_root / "csv_example_gen" / "examples"
     [written] = {str(p) for p in examples_root.iterdir()} - recorded_examples
@@ -162,7 +139,7 @@ def test_killed_in_example_gen_nothing_is_used_and_the_next_run_reads_every_row(
     assert pipeline.served() == served and pipeline.models_config.read_bytes() == config
     pipeline.assert_in_step()
 
-    again = _run(workdir, "trainer.train_steps=20")
+    again = run_penguin(workdir, "trainer.train_steps=20")
     assert again.returncode == 0 and "PUSHED: pushed version 2" in again.stdout, again.stdout
     # Version 2 learned from examples ExampleGen wrote again, whole, in a recorded execution.
     [examples] = pipeline.lineage()[2].examples_uris
@@ -178,9 +155,9 @@ def test_killed_in_the_trainer_the_next_run_resumes_from_its_checkpoint(workdir)
     served, config = pipeline.served(), pipeline.models_config.read_bytes()
     recorded_models = pipeline.uris("Model")
 
-    killed = _run(workdir, *CHUNKED, failpoint="trainer:after_checkpoint")
+    killed = run_penguin(workdir, *CHUNKED, failpoint="trainer:after_checkpoint")
 
-    _assert_killed(killed, "trainer")
+    assert_killed(killed, "during trainer;")
     checkpoints = pipeline.paths.pipeline_root / "trainer" / "checkpoints"
     [progress] = checkpoints.glob("*/progress.json")
     assert json.loads(progress.read_text()) == {"steps_done": CHUNK}
@@ -188,7 +165,7 @@ def test_killed_in_the_trainer_the_next_run_resumes_from_its_checkpoint(workdir)
     assert pipeline.served() == served and pipeline.models_config.read_bytes() == config
     pipeline.assert_in_step()
 
-    again = _run(workdir, *CHUNKED)
+    again = run_penguin(workdir, *CHUNKED)
     assert again.returncode == 0 and "PUSHED: pushed version 3" in again.stdout, again.stdout
     assert f"resuming from the checkpoint after step {CHUNK}" in _run_log(again)
     # The pushed model is the resumed training's: it trained the 30 steps left, not 40 again.

@@ -16,44 +16,28 @@ each has a new model to push; thresholds are lowered so that any model may be pu
 """
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from pipelines.core import metadata
-from pipelines.core.failpoints import ENV as FAILPOINT
-from pipelines.core.outcome import EXIT_FAILED
-from pipelines.core.paths import FRAMEWORK_ROOT, RunPaths
+from pipelines.core.paths import RunPaths
 from pipelines.serving_state import versions
 from pipelines.serving_state.records import recorded_pushes
 from pipelines.spec.loading import load_spec
 from pipelines.spec.models import TFLITE_DEFAULT_TOLERANCE, TfLiteQuantization
+from tests.faults.killed_runs import (
+    ANY_MODEL,
+    assert_killed,
+    run_penguin,
+    write_penguin_data,
+)
 
 pytestmark = pytest.mark.e2e
 
-CONVEYOR = str(Path(sys.executable).with_name("conveyor"))
-ANY_MODEL = ["evaluation.metrics=[{name: SparseCategoricalAccuracy, lower_bound: 0.0}]"]
-KILLED = "FAILED: the run was killed by SIGKILL (out of memory?)"  # the parent's verdict
-
 
 def _run(workdir: Path, steps: int, *extra: str, failpoint: str | None = None):
-    overrides = [*ANY_MODEL, f"trainer.train_steps={steps}", *extra]
-    argv = [CONVEYOR, "run", "penguin", "--env", "ci", "--workdir", str(workdir)]
-    argv += [f"--set={o}" for o in overrides]
-    env = {k: v for k, v in os.environ.items() if k != FAILPOINT}
-    if failpoint:
-        env[FAILPOINT] = failpoint
-    return subprocess.run(
-        argv, cwd=FRAMEWORK_ROOT, env=env, capture_output=True, text=True, timeout=600
-    )
-
-
-def _assert_killed(run: subprocess.CompletedProcess, where: str) -> None:
-    """The pipeline process died by SIGKILL `where`; its parent said so and exited FAILED."""
-    assert run.returncode == EXIT_FAILED, run.stdout + run.stderr
-    assert f"{KILLED} {where}" in run.stdout, run.stdout
+    return run_penguin(workdir, f"trainer.train_steps={steps}", *extra, failpoint=failpoint)
 
 
 class Serving:
@@ -87,13 +71,7 @@ class Serving:
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory):
     workdir = tmp_path_factory.mktemp("push-faults")
-    done = subprocess.run(
-        [CONVEYOR, "data", "penguin", "--workdir", str(workdir)],
-        cwd=FRAMEWORK_ROOT,
-        capture_output=True,
-        text=True,
-    )
-    assert done.returncode == 0, done.stderr
+    write_penguin_data(workdir)
     first = _run(workdir, 20)
     assert first.returncode == 0 and "PUSHED: pushed version 1" in first.stdout, first.stderr
     return workdir
@@ -105,7 +83,7 @@ def test_killed_while_copying_serving_keeps_version_1_and_the_next_run_cleans_up
 
     killed = _run(workdir, 21, failpoint="push:copied")
 
-    _assert_killed(killed, "during pusher")
+    assert_killed(killed, "during pusher")
     assert serving.versions() == [1] and serving.digests() == before
     assert [n for n in serving.leftovers() if n.startswith(versions.INCOMING_PREFIX)]
     assert serving.recorded() == {1}
@@ -122,7 +100,7 @@ def test_killed_after_the_rename_before_the_record_the_unknown_version_is_quaran
 
     killed = _run(workdir, 22, failpoint="push:renamed")
 
-    _assert_killed(killed, "during pusher")
+    assert_killed(killed, "during pusher")
     # The new version is visible, but ML Metadata never heard of it: out of step.
     assert serving.versions() == [1, 2, 3] and serving.recorded() == {1, 2}
     assert {v: d for v, d in serving.digests().items() if v < 3} == before
@@ -144,7 +122,7 @@ def test_killed_while_retiring_the_newest_version_stays_and_the_next_run_finishe
 
     killed = _run(workdir, 23, "push.keep_versions=1", failpoint="retain:hidden")
 
-    _assert_killed(killed, "after the pipeline had ended (pushed version 4 ")
+    assert_killed(killed, "after the pipeline had ended (pushed version 4 ")
     # Version 4 was pushed and recorded; retention died after hiding version 1.
     assert 4 in serving.versions() and 4 in serving.recorded()
     assert [n for n in serving.leftovers() if n.startswith(versions.RETIRED_PREFIX)]
@@ -162,7 +140,7 @@ def test_killed_after_the_pipeline_before_its_report_and_record(workdir):
 
     killed = _run(workdir, 24, "push.keep_versions=1", failpoint="run:before_finish")
 
-    _assert_killed(killed, "after the pipeline had ended (pushed version 5 ")
+    assert_killed(killed, "after the pipeline had ended (pushed version 5 ")
     # The push itself is complete and recorded; only what follows a run is missing.
     assert serving.versions()[-1] == 5 and 5 in serving.recorded()
 
@@ -199,7 +177,7 @@ def test_killed_while_copying_a_version_with_model_tflite_serving_sees_none_of_i
 
     killed = _run(workdir, 25, *TFLITE, failpoint="push:copied")
 
-    _assert_killed(killed, "during pusher")
+    assert_killed(killed, "during pusher")
     # The staged copy held the flatbuffer beside the SavedModel, out of TF Serving's sight.
     [staging] = [n for n in serving.leftovers() if n.startswith(versions.INCOMING_PREFIX)]
     staged = Path(serving.base, staging)
