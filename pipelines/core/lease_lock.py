@@ -123,6 +123,7 @@ class LeaseLock:
         # because renewals failed for a lease (the store gone), not taken by another.
         self.unanswered: Exception | None = None
         self._last_problem: Exception | None = None
+        self._renewing_since: float | None = None  # when the renewal in flight was sent
         self.expired: Holder | None = None  # the holder whose expired lease this one replaced
 
     @property
@@ -250,7 +251,9 @@ class LeaseLock:
             with _REQUESTS:
                 if self._stop.is_set() or self.lost is not None:
                     return
+                self._renewing_since = started
                 problem = self._renew()
+                self._renewing_since = None
             if problem is None:
                 self._last_renewed, next_renewal = started, started + self.renew_seconds
                 self._last_problem = None
@@ -278,11 +281,22 @@ class LeaseLock:
                 self._lose(
                     f"no renewal of its lease succeeded for {since:.0f} s (lease "
                     f"{self.lease_seconds:g} s): another process may have taken it since",
-                    # None when no renewal failed: the process itself was stopped (SIGSTOP, a
-                    # pause), or one request has hung for the whole lease.
-                    unanswered=self._last_problem,
+                    unanswered=self._unanswered(),
                 )
                 return
+
+    def _unanswered(self) -> Exception | None:
+        """Why no renewal succeeded, when the store is why: the last renewal's failure, or a
+        renewal still waiting for its answer (a client retrying a store that went away can
+        take longer than the rest of the lease). None when no renewal failed or waits: the
+        process itself was stopped (SIGSTOP, a pause)."""
+        if self._last_problem is not None:
+            return self._last_problem
+        since = self._renewing_since
+        if since is not None:
+            waited = time.monotonic() - since
+            return TimeoutError(f"a renewal sent {waited:.0f} s ago is still unanswered")
+        return None
 
     def _renew(self) -> Exception | None:
         self._record["renewals"] += 1
