@@ -442,13 +442,7 @@ class HttpOnly:
             time.sleep(0.05)
         time.sleep(0.5)  # the port is written before uvicorn listens
         self._port = json.loads(ready.read_text())["port"]
-        self._script = out_root / "post.lua"
-        self._script.write_text(WRK_LUA)
-        self._bodies = {}
-        for batch in answers:
-            body = out_root / f"body-{batch}.json"
-            body.write_text(json.dumps({"instances": [ROW] * batch}))
-            self._bodies[batch] = body
+        self._script, self._bodies = write_wrk_inputs(out_root, answers)
 
     def p50_us(self, batch: int, seconds: float) -> float:
         """wrk's p50 in microseconds with one connection for `seconds`."""
@@ -533,13 +527,7 @@ class Server:
         port = json.loads(ready.read_text())["port"]
         self.url = f"http://127.0.0.1:{port}/v1/models/penguin:predict"
         self._metrics_url = f"http://127.0.0.1:{port}/monitoring/prometheus/metrics"
-        self._script = out_root / "post.lua"
-        self._script.write_text(WRK_LUA)
-        self._bodies = {}
-        for batch in BATCHES:
-            body = out_root / f"body-{batch}.json"
-            body.write_text(json.dumps({"instances": [ROW] * batch}))
-            self._bodies[batch] = body
+        self._script, self._bodies = write_wrk_inputs(out_root, BATCHES)
 
     def measure(self, batch: int, clients: int, seconds: float) -> dict:
         """One cell: wrk with `clients` connections for `seconds`; with one client, also the
@@ -579,6 +567,17 @@ class Server:
             self._process.wait(timeout=20)
         except subprocess.TimeoutExpired:
             self._process.kill()
+
+
+def write_wrk_inputs(folder: Path, batches) -> tuple[Path, dict[int, Path]]:
+    """wrk's POST script and the row-format body of each batch size, written into `folder`."""
+    script = folder / "post.lua"
+    script.write_text(WRK_LUA)
+    bodies = {}
+    for batch in batches:
+        bodies[batch] = folder / f"body-{batch}.json"
+        bodies[batch].write_text(json.dumps({"instances": [ROW] * batch}))
+    return script, bodies
 
 
 def run_wrk(script: Path, url: str, body: Path, clients: int, seconds: float) -> dict:

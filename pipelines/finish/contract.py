@@ -73,11 +73,17 @@ def stop_of(error: BaseException, paths: RunPaths | None = None) -> Stop:
         # is what failed is asked of the buckets themselves, now.
         silent = [bucket for bucket in sorted(paths.buckets()) if not storage.answers(bucket)]
         if silent:
-            return Stop(
-                Reason.STORAGE_FAILED,
-                f"the object store holding {', '.join(silent)} did not answer ({words})",
-            )
+            return silent_store_stop(silent, words)
     return Stop(Reason.COMPONENT_FAILED, words)
+
+
+def silent_store_stop(buckets: list[str], why: str) -> Stop:
+    """The stop of a run whose object store did not answer: reason `storage_failed`, naming
+    the buckets, with what went unanswered (`why`)."""
+    return Stop(
+        Reason.STORAGE_FAILED,
+        f"the object store holding {', '.join(buckets)} did not answer ({why})",
+    )
 
 
 @dataclass

@@ -279,7 +279,13 @@ def _finish_killed(
     from pipelines.builder import spans
     from pipelines.core import failpoints
     from pipelines.core.outcome import Reason
-    from pipelines.finish.contract import RunFacts, Stop, finish_run, read_result
+    from pipelines.finish.contract import (
+        RunFacts,
+        Stop,
+        finish_run,
+        read_result,
+        silent_store_stop,
+    )
 
     # A failpoint armed for the run belongs to the child that ran it: this parent finishes the
     # killed run through the same contract and must not stop where its child was stopped.
@@ -310,12 +316,12 @@ def _finish_killed(
         # Stopped because its lock's store stopped answering: that store is what failed, as
         # when a component's own request to it fails first.
         bucket, error = silent_store
-        facts.stop = Stop(
-            Reason.STORAGE_FAILED,
-            f"the object store holding {bucket} did not answer (no renewal of the lock of one "
-            f"run at a time was answered for a lease, last {type(error).__name__}: {error}); "
-            f"the run was stopped {where}; {retried}",
+        unanswered = (
+            "no renewal of the lock of one run at a time was answered for a lease, last "
+            f"{type(error).__name__}: {error}"
         )
+        stop = silent_store_stop([bucket], unanswered)
+        facts.stop = Stop(stop.reason, f"{stop.message}; the run was stopped {where}; {retried}")
     return finish_run(facts, echo)
 
 

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from pipelines.serving.model_server import json_tensor as jt
-from pipelines.serving.model_server.errors import ServingError
+from tests.unit.test_serving_json import row_outcome
 
 FLOAT32_MAX = float(np.finfo(np.float32).max)
 # Values that sit at the edges of what the column checks decide on: a NaN first or later
@@ -37,27 +37,18 @@ EDGES = [
 ]
 
 
-def _outcome(instances, dtypes):
-    """The tensors of rows (dtype, shape, values as text) or the error that refuses them."""
-    try:
-        tensors = jt._from_instances(instances, dtypes)
-    except ServingError as err:
-        return ("error", err.message)
-    return {n: (t.dtype, t.shape, [repr(v) for v in t.tolist()]) for n, t in tensors.items()}
-
-
 @pytest.mark.parametrize("dtype", [jt.DT_FLOAT, jt.DT_DOUBLE, jt.DT_INT64, jt.DT_BOOL])
 def test_mixed_columns_are_built_or_handed_over_as_the_general_path_builds_them(dtype, monkeypatch):
     cases = [
         [{"a": first, "s": "x"}, {"a": second, "s": "y"}, {"a": third, "s": "z"}]
         for first, second, third in itertools.product(EDGES, repeat=3)
     ]
-    fast = [_outcome(rows, {"a": dtype, "s": jt.DT_STRING}) for rows in cases]
+    fast = [row_outcome(rows, {"a": dtype, "s": jt.DT_STRING}) for rows in cases]
     taken = sum(
         jt._scalar_columns(rows, {"a": dtype, "s": jt.DT_STRING}) is not None for rows in cases
     )
     monkeypatch.setattr(jt, "_scalar_columns", lambda instances, dtypes: None)
-    general = [_outcome(rows, {"a": dtype, "s": jt.DT_STRING}) for rows in cases]
+    general = [row_outcome(rows, {"a": dtype, "s": jt.DT_STRING}) for rows in cases]
     assert fast == general
     assert taken > 0  # the fast path took the rows it can
 

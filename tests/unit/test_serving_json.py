@@ -33,7 +33,7 @@ def test_row_format_batches_instances_into_one_tensor_per_input():
     assert tensors["s"].tolist() == [b"x", b"y"]
 
 
-def _row_outcome(instances, dtypes):
+def row_outcome(instances, dtypes):
     """What _from_instances makes of rows: its tensors (dtype, shape, values) or its error."""
     try:
         tensors = jt._from_instances(instances, dtypes)
@@ -65,9 +65,9 @@ def test_rows_of_scalars_take_a_fast_path_that_builds_and_refuses_as_the_general
     for instances, dtype in cases:
         dtypes = {"a": dtype, "s": jt.DT_STRING}
         fast_hits += jt._scalar_columns(instances, dtypes) is not None
-        outcomes.append(_row_outcome(instances, dtypes))
+        outcomes.append(row_outcome(instances, dtypes))
     monkeypatch.setattr(jt, "_scalar_columns", lambda instances, dtypes: None)
-    general = [_row_outcome(i, {"a": d, "s": jt.DT_STRING}) for i, d in cases]
+    general = [row_outcome(i, {"a": d, "s": jt.DT_STRING}) for i, d in cases]
     assert outcomes == general
     assert fast_hits >= 20  # the fast path did take the well-formed rows
 
