@@ -3,9 +3,9 @@ Beam's own job service, with SDK workers in separate processes started by a work
 (tests/beam_portable.py), reading and writing the S3 emulator's bucket. The pre-flight a team
 runs before paying for Dataflow, Flink or Spark (docs/data-at-scale.md).
 
-One stack for the module; on it, penguin whole (ci sizes) and taxi cut to its data path
-(ExampleGen and StatisticsGen), each also run with the DirectRunner in memory in the same
-profile (only `runtime.beam_args` differ), and compared:
+One stack for the module; on it, penguin and one taxi night whole (ci sizes), each also run
+with the DirectRunner in memory in the same profile (only `runtime.beam_args` differ), and
+compared:
 
 - every Beam stage ran in a worker process that registered s3:// through the plugin the profile
   names, and the run's outputs are in the bucket only;
@@ -37,7 +37,7 @@ from pipelines.core.paths import FRAMEWORK_ROOT
 from pipelines.spec.loading import load_spec
 from pipelines.spec.models import parse_beam_args
 from tests.beam_portable import WORKER_PLUGIN, PortableBeam, portable_beam
-from tests.conftest import assert_same_up_to_float_sums, taxi_data_path_spec
+from tests.conftest import assert_same_up_to_float_sums
 from tests.storage_emulators import S3_BUCKET
 
 pytestmark = pytest.mark.e2e
@@ -49,7 +49,7 @@ PENGUIN_CI_SIZES = ["trainer.train_steps=150", "trainer.eval_steps=5"]
 TAXI_NIGHT = "2026-11-28"
 # The stages that run on Beam in each pipeline, one Beam job (and one SDK worker) each.
 BEAM_STAGES = {"penguin": ("csv_example_gen", "statistics_gen", "evaluator"),
-               "taxi": ("csv_example_gen", "statistics_gen")}  # fmt: skip
+               "taxi": ("csv_example_gen", "statistics_gen", "evaluator")}  # fmt: skip
 
 
 def _portable_args(stack: PortableBeam) -> list[str]:
@@ -134,16 +134,13 @@ class Runs:
 def runs(stack, storage_emulators, tmp_path_factory) -> Runs:
     tmp = tmp_path_factory.mktemp("portable-runs")
     portable = [_beam_args_override(_portable_args(stack))]
-    taxi_spec = str(taxi_data_path_spec(tmp))
     taxi_night = ["--date", TAXI_NIGHT]
     found = {}
     for label, beam in (("portable", portable), ("direct", [DIRECT_IN_MEMORY])):
         found["penguin", label] = _run(
             "penguin", "penguin", label, beam + PENGUIN_CI_SIZES, [], storage_emulators, tmp
         )
-        found["taxi", label] = _run(
-            taxi_spec, "taxi", label, beam, taxi_night, storage_emulators, tmp
-        )
+        found["taxi", label] = _run("taxi", "taxi", label, beam, taxi_night, storage_emulators, tmp)
     started = stack.log("worker_pool").count("Starting worker with command")
     return Runs(found, stack.worker_pids(), started)
 
@@ -177,8 +174,7 @@ def test_both_runs_succeed_and_every_beam_stage_ran_in_a_worker_process(runs, st
         assert run.process.returncode == 0, run.out()
         states = _states(run)
         assert all(states.get(stage) == "executed" for stage in BEAM_STAGES[pipeline]), run.out()
-    if pipeline == "penguin":
-        assert "PUSHED: " in runs["penguin", "portable"].process.stdout
+    assert "PUSHED: " in runs[pipeline, "portable"].process.stdout
     # One SDK worker per Beam job, each a process of its own that imported the plugin.
     jobs = sum(len(stages) for stages in BEAM_STAGES.values())
     table = "\n".join(run.process.stdout for run in runs.by_key.values())
@@ -194,8 +190,7 @@ def test_the_portable_runs_outputs_are_in_the_bucket_only(runs):
         assert storage.glob(f"{run.root}/statistics_gen/statistics/*/Split-*/FeatureStats.pb")
         local = [str(p.relative_to(run.state_dir)) for p in run.state_dir.rglob("*")]
         assert not [name for name in local if "pipeline_root" in name], local
-    evaluation = storage.glob(f"{runs['penguin', 'portable'].root}/evaluator/evaluation/*/metrics*")
-    assert evaluation
+        assert storage.glob(f"{run.root}/evaluator/evaluation/*/metrics*")
 
 
 def _tfrecords(data: bytes) -> list[bytes]:
@@ -273,10 +268,12 @@ def _evaluation(run: Run) -> tuple[dict[str, dict], dict]:
     return by_slice, json_format.MessageToDict(validation)
 
 
-def test_the_evaluation_is_the_direct_runners(runs):
-    portable, portable_validation = _evaluation(runs["penguin", "portable"])
-    direct, direct_validation = _evaluation(runs["penguin", "direct"])
-    assert len(direct) == 4  # the whole set and each of the three islands
+@pytest.mark.parametrize("pipeline", ["penguin", "taxi"])
+def test_the_evaluation_is_the_direct_runners(runs, pipeline):
+    portable, portable_validation = _evaluation(runs[pipeline, "portable"])
+    direct, direct_validation = _evaluation(runs[pipeline, "direct"])
+    if pipeline == "penguin":
+        assert len(direct) == 4  # the whole set and each of the three islands
     assert_same_up_to_float_sums(portable, direct, "metrics")
     assert portable_validation == direct_validation
     assert direct_validation["validationOk"] is True
