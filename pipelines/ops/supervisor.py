@@ -257,7 +257,11 @@ def where_it_ended(result: RunResult, run_dir: Path) -> str:
     if running:
         return f"during {', '.join(running)}"
     summary = run_dir / RUN_SUMMARY
-    if summary.is_file():  # the pipeline ended; what follows it did not
+    try:
+        pipeline_ended = summary.is_file()  # the pipeline ended; what follows it did not
+    except OSError:  # a store that stopped answering (what may have stopped the run): unknown
+        pipeline_ended = False
+    if pipeline_ended:
         try:
             ended = json.loads(summary.read_text())["message"]
         except (OSError, ValueError, KeyError, TypeError):

@@ -10,6 +10,10 @@ from tfx.dsl.components.base import base_beam_executor
 from tfx.orchestration.local import local_dag_runner  # noqa: F401 (as after a run's imports)
 from tfx.utils import dependency_utils
 
+from pipelines.core.metadata.runs import NodeRecord
+from pipelines.core.outcome import Outcome, RunResult
+from pipelines.core.storage import StoreFailed
+from pipelines.ops.supervisor import where_it_ended
 from pipelines.run import local
 
 
@@ -92,3 +96,23 @@ def test_the_runner_warms_up_what_the_component_table_asks_for_and_names_no_comp
     # The runner knows no component by name: the table and the component carry the knowledge.
     source = Path(local.__file__).read_text()
     assert "infra_validator" not in source and "spare" not in source
+
+
+class _SilentStoreFolder:
+    """A run folder in a store that stopped answering: what the store gone mid-push leaves
+    the supervisor to look into (its `is_file` raises as `ObjectPath.is_file` then does)."""
+
+    def __truediv__(self, name: str) -> "_SilentStoreFolder":
+        return self
+
+    def is_file(self) -> bool:
+        raise StoreFailed(5, "Could not connect to the endpoint URL", "s3://b/run/summary.json")
+
+
+def test_where_a_killed_run_ended_is_told_when_its_store_no_longer_answers():
+    # The lock lost to a silent store kills the run; the verdict then names the store, so
+    # looking for the run's summary in that store must not raise instead.
+    trainer = NodeRecord(node_id="trainer", state="complete", seconds=1.0)
+    pusher = NodeRecord(node_id="pusher", state="failed", seconds=1.0)
+    result = RunResult("r", "penguin", Outcome.FAILED, "", nodes=[trainer, pusher])
+    assert where_it_ended(result, _SilentStoreFolder()) == "after pusher"
