@@ -268,6 +268,16 @@ COMPONENT_TYPES: dict[str, ComponentType] = {
                 ),
             ),
         ),
+        ComponentType(
+            "bulk_inferrer",
+            "TFX's BulkInferrer: this run's blessed candidate over the span's examples "
+            "(`inference.splits`), written as PredictionLog TFRecords (an InferenceResult); with "
+            "`inference.output_columns`, a second node writes those input columns beside each "
+            "prediction as CSV or Parquet (`inference.output_format`).",
+            f"{_NODES}.bulk_inferrer:build",
+            provides=("inference_result",),
+            needs=("examples", "model", "blessing"),
+        ),
     )
 }
 
@@ -298,6 +308,7 @@ ROLE_TYPES: dict[str, str] = {
     "infra_blessing": "InfraBlessing",
     "tflite_model": "TFLiteModel",
     "pushed_model": "PushedModel",
+    "inference_result": "InferenceResult",
 }
 
 

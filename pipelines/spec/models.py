@@ -1672,6 +1672,39 @@ class ComponentRef(StrictModel):
         return self
 
 
+class InferenceFormat(str, enum.Enum):
+    """The table batch inference writes beside its PredictionLogs (`inference.output_format`)."""
+
+    CSV = "csv"
+    PARQUET = "parquet"
+
+
+class InferenceSpec(StrictModel):
+    """Batch inference: what a `bulk_inferrer` component and `conveyor infer` read and write
+    (docs/batch-inference.md)."""
+
+    splits: tuple[Identifier, ...] = Field(
+        default=(),
+        description="The splits of the span's examples a `bulk_inferrer` component predicts "
+        "(TFX's DataSpec.example_splits); empty: every split. `conveyor infer` reads the span's "
+        "input files whole.",
+    )
+    signature: Identifier = Field(
+        default="serving_examples",
+        description="The SavedModel signature called on serialized tf.Examples: a predict, "
+        "classify or regress signature with one string input (TFX's ModelSpec).",
+    )
+    output_columns: tuple[str, ...] = Field(
+        default=(),
+        description="Input columns written beside each prediction as a table "
+        "(`output_format`), next to the PredictionLog TFRecords; empty: PredictionLogs only.",
+    )
+    output_format: InferenceFormat = Field(
+        default=InferenceFormat.CSV,
+        description="`csv` or `parquet`: the table's format.",
+    )
+
+
 class TransformSpec(StrictModel):
     """TFX Transform with the team's `preprocessing_fn` (enabled by a `transform` component)."""
 
@@ -1702,6 +1735,11 @@ class PipelineSpec(StrictModel):
     )
     evaluation: EvaluationSpec = Field(description="The model gate: metrics and thresholds.")
     push: PushSpec = Field(description="Where a blessed model is published for TF Serving.")
+    inference: InferenceSpec = Field(
+        default=InferenceSpec(),
+        description="Batch inference: the splits, signature and table of a `bulk_inferrer` "
+        "component and of `conveyor infer`.",
+    )
     components: tuple[ComponentRef, ...] = Field(
         default_factory=lambda: tuple(ComponentRef(type=t) for t in DEFAULT_COMPONENTS),
         description="The pipeline's nodes, in order; each may only need what an earlier one "
