@@ -7,6 +7,7 @@ each with `set_defaults(func=cmd_...)`, and `main` runs the one named.
 - `models`: bless, lineage, models, promote, rollback
 - `serving`: serve, deploy render
 - `project`: init
+- `infer`: infer
 
 `--help`, `list`, `validate` and `runs` never import TensorFlow or TFX (seconds of imports): every
 module here imports only the standard library and the floor at module level, and each handler
@@ -20,14 +21,14 @@ import os
 import sys
 from collections.abc import Sequence
 
-from pipelines.cli import models, project, runs, serving, specs
+from pipelines.cli import infer, models, project, runs, serving, specs
 from pipelines.cli.options import add_project_option, apply_project
 from pipelines.core.outcome import EXIT_FAILED, PipelineBusy
 
 # 128 + SIGPIPE: how a shell reports a command whose output pipe was closed.
 EXIT_BROKEN_PIPE = 141
 
-COMMAND_GROUPS = (specs, runs, models, serving, project)
+COMMAND_GROUPS = (specs, runs, models, serving, project, infer)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,476 @@
+"""`conveyor infer`: a served (or named) version of a pipeline's model over one span's input
+files, on Beam, written as TFX's BulkInferrer writes it and recorded in ML Metadata.
+
+The input is the span's CSV files as they are (not a run's examples): each row becomes a
+tf.Example typed as the model's `serving_default` inputs are, and tfx_bsl's RunInference (what
+TFX's BulkInferrer runs) answers them with `inference.signature`. The output folder holds
+`prediction_logs-*.gz` (PredictionLog TFRecords, an InferenceResult), with
+`inference.output_columns` the table `predictions-*.csv` (or `.parquet`) that the pipeline's
+PredictionTable node writes from the same logs, and `bad_rows.csv`: every row that could not be
+read, by file, line and reason. A bad row is counted and named, never dropped in silence.
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime
+import io
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from pipelines.core.paths import RunPaths
+
+INFERENCE_FOLDER = "inference"  # <workdir>/inference/<pipeline>/<run>/
+INFERENCE_TYPE = "conveyor.BatchInference"  # the execution `conveyor infer` records
+INFERENCE_RESULT_TYPE = "InferenceResult"  # TFX's standard_artifacts.InferenceResult
+SHOWN_BAD_ROWS = 10  # named on the terminal; bad_rows.csv names them all
+_PARSED, _BAD = "parsed", "bad"
+
+# tensorflow/core/framework/types.proto: the DataTypes of raw-column inputs, by kind of value.
+_DT_FLOATS = {1, 2, 19}  # DT_FLOAT, DT_DOUBLE, DT_HALF
+_DT_INTS = {3, 9}  # DT_INT32, DT_INT64
+_DT_STRING = 7
+
+
+class InferError(ValueError):
+    """The version, span or model cannot be inferred with; the message says which and why."""
+
+
+@dataclass(frozen=True)
+class BadRow:
+    """A row of the input that could not become a tf.Example."""
+
+    file: str
+    line: int
+    reason: str
+
+    def describe(self) -> str:
+        """`file:line: reason`, as compilers name a place."""
+        return f"{self.file}:{self.line}: {self.reason}"
+
+
+@dataclass
+class Inferred:
+    """What one `conveyor infer` did: the version, the span, the counts and where it wrote."""
+
+    version: int
+    model_dir: str
+    span: int | None
+    output_dir: str
+    files: list[str]
+    rows: int = 0
+    bad_rows: int = 0
+    first_bad: list[BadRow] = field(default_factory=list)
+    table_files: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+# --- which version ------------------------------------------------------------------------------
+
+
+def chosen_version(paths: RunPaths, version: int | None, label: str | None) -> int:
+    """The version to infer with: `version` when given (a version folder on disk), the one
+    `label` points to in models.config, else the served one (`stable`'s version, else the
+    newest version served)."""
+    from pipelines import serving_state
+
+    if version is not None and label:
+        raise InferError("give --version or --label, not both")
+    table = serving_state.models_table(paths)
+    on_disk = {row.version for row in table.rows if not row.note}
+    labels = dict(table.entry.labels) if table.entry else {}
+    if version is not None:
+        if version not in on_disk:
+            raise InferError(
+                f"no version {version} of {paths.spec.push.model_name} in {paths.serving_dir} "
+                f"(versions: {', '.join(map(str, sorted(on_disk))) or 'none'})"
+            )
+        return version
+    if label:
+        if label not in labels:
+            raise InferError(
+                f"models.config has no label {label!r} for {paths.spec.push.model_name} "
+                f"(labels: {', '.join(sorted(labels)) or 'none'})"
+            )
+        return labels[label]
+    if "stable" in labels:
+        return labels["stable"]
+    if not on_disk:
+        raise InferError(
+            f"no version of {paths.spec.push.model_name} is served from {paths.serving_dir}: "
+            "run the pipeline until it pushes one, or name a --version"
+        )
+    return max(on_disk)
+
+
+# --- rows into tf.Examples ----------------------------------------------------------------------
+
+
+def model_columns(model_dir: str) -> dict[str, str]:
+    """Column -> `int`, `float` or `string`: the raw inputs of the model's `serving_default`
+    (what Conveyor's trainer exports), read from saved_model.pb without loading the model."""
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    from pipelines.core import storage
+
+    graph = saved_model_pb2.SavedModel.FromString(
+        storage.read_bytes(storage.join(model_dir, "saved_model.pb"))
+    )
+    signature = graph.meta_graphs[0].signature_def.get("serving_default")
+    if signature is None or not signature.inputs:
+        raise InferError(f"{model_dir} has no serving_default signature to read its columns from")
+    columns = {}
+    for name, tensor in signature.inputs.items():
+        if tensor.dtype in _DT_FLOATS:
+            columns[name] = "float"
+        elif tensor.dtype in _DT_INTS:
+            columns[name] = "int"
+        elif tensor.dtype == _DT_STRING:
+            columns[name] = "string"
+        else:
+            raise InferError(
+                f"{model_dir}: serving_default input {name!r} is of DataType "
+                f"{tensor.dtype}, not a number or a string"
+            )
+    if list(columns) == ["examples"] and columns["examples"] == "string":
+        raise InferError(
+            f"{model_dir}: serving_default takes serialized tf.Examples, not columns; "
+            "`conveyor infer` reads raw columns as Conveyor's trainer exports them"
+        )
+    return columns
+
+
+@dataclass(frozen=True)
+class RowReader:
+    """Turns one input file's CSV rows into serialized tf.Examples: the model's columns typed as
+    its `serving_default` takes them, the other named columns (`keep`) as text."""
+
+    columns: Mapping[str, str]
+    keep: Sequence[str] = ()
+
+    def examples(self, name: str, stream: io.BufferedIOBase) -> Iterator[tuple[str, object]]:
+        """(`parsed`, serialized tf.Example) per good row, (`bad`, BadRow) per bad one."""
+        lines = _Lines(stream)
+        reader = csv.reader(lines)
+        try:
+            header = next(reader)
+        except StopIteration:
+            return
+        except (csv.Error, UnicodeDecodeError) as err:
+            yield _BAD, BadRow(name, 1, f"the header cannot be read: {err}")
+            return
+        missing = [c for c in self.columns if c not in header]
+        position = {c: i for i, c in enumerate(header)}
+        while True:
+            line = lines.number + 1
+            try:
+                values = next(reader)
+            except StopIteration:
+                return
+            except (csv.Error, UnicodeDecodeError) as err:
+                yield _BAD, BadRow(name, line, f"the row cannot be read: {err}")
+                continue
+            if not values:
+                continue  # a blank line is no row, as in TFX's CSV reading
+            if missing:
+                yield _BAD, BadRow(name, line, f"no column {', '.join(missing)} (a model input)")
+                continue
+            if len(values) != len(header):
+                yield (
+                    _BAD,
+                    BadRow(name, line, f"{len(values)} fields where the header has {len(header)}"),
+                )
+                continue
+            try:
+                yield _PARSED, self._example(values, position)
+            except ValueError as err:
+                yield _BAD, BadRow(name, line, str(err))
+
+    def _example(self, values: Sequence[str], position: Mapping[str, int]) -> bytes:
+        from tensorflow.core.example import example_pb2
+
+        example = example_pb2.Example()
+        features = example.features.feature
+        for column, kind in self.columns.items():
+            text = values[position[column]]
+            feature = features[column]
+            if kind == "string":
+                feature.bytes_list.value.append(text.encode())
+            elif text == "":  # a missing value: a feature with no values, as TFX writes it
+                (feature.int64_list if kind == "int" else feature.float_list).SetInParent()
+            elif kind == "int":
+                try:
+                    feature.int64_list.value.append(int(text))
+                except ValueError:
+                    raise ValueError(f"column {column}: {text!r} is not an integer") from None
+            else:
+                try:
+                    feature.float_list.value.append(float(text))
+                except ValueError:
+                    raise ValueError(f"column {column}: {text!r} is not a number") from None
+        for column in self.keep:
+            if column not in self.columns and column in position:
+                features[column].bytes_list.value.append(values[position[column]].encode())
+        return example.SerializeToString()
+
+
+class _Lines:
+    """A binary stream's lines as text, counting them: a line that is not UTF-8 fails alone,
+    where a text wrapper would fail the rest of the file."""
+
+    def __init__(self, stream: io.BufferedIOBase):
+        self._stream = stream
+        self.number = 0
+
+    def __iter__(self) -> _Lines:
+        return self
+
+    def __next__(self) -> str:
+        raw = self._stream.readline()
+        if not raw:
+            raise StopIteration
+        self.number += 1
+        return raw.decode("utf-8")
+
+
+# --- the Beam pipeline --------------------------------------------------------------------------
+
+
+def output_folder(paths: RunPaths, span: int | None, version: int) -> str:
+    """`<workdir>/inference/<pipeline>/<span>-v<version>-<UTC time>`: one per `conveyor infer`."""
+    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ")
+    night = "all" if span is None else f"span-{span}"
+    return str(paths.workdir / INFERENCE_FOLDER / paths.spec.name / f"{night}-v{version}-{stamp}")
+
+
+def infer(
+    paths: RunPaths,
+    span: int | None,
+    version: int,
+    output_dir: str | None = None,
+    beam_args: Sequence[str] | None = None,
+    echo: Callable[[str], None] = print,
+) -> Inferred:
+    """Runs `version` over the span's input files (every input file without spans) on Beam and
+    writes the PredictionLogs, the table and the bad rows into `output_dir` (default:
+    `output_folder`); records the run in ML Metadata. Raises InferError when there is nothing
+    to read or the model has no raw columns."""
+    from pipelines.core import storage
+    from pipelines.ops.fingerprint import input_files
+
+    spec = paths.spec
+    if spec.data.format.value != "csv":
+        raise InferError(
+            f"{spec.name}: data.format {spec.data.format.value!r}: `conveyor infer` reads CSV "
+            "input; a `bulk_inferrer` component predicts a run's examples of any format"
+        )
+    model_dir = storage.join(str(paths.serving_dir), str(version))
+    files = (
+        [str(f) for f in input_files(paths, span)]
+        if span is None
+        else [str(f) for f in _span_files(paths, span)]
+    )
+    if not files:
+        raise InferError(f"{spec.name}: no input files under {paths.input_dir}")
+    inferred = Inferred(
+        version=version,
+        model_dir=model_dir,
+        span=span,
+        output_dir=output_dir or output_folder(paths, span, version),
+        files=files,
+    )
+    started = time.monotonic()
+    columns = model_columns(model_dir)
+    reader = RowReader(columns=columns, keep=tuple(spec.inference.output_columns))
+    echo(f"infer {spec.name} version {version} over {len(files)} file(s) -> {inferred.output_dir}")
+    run_beam(
+        inferred,
+        reader,
+        spec.inference.signature,
+        list(spec.runtime.beam_args if beam_args is None else beam_args),
+    )
+    if spec.inference.output_columns and inferred.rows:
+        inferred.table_files = write_table_files(
+            inferred.output_dir,
+            spec.inference.output_columns,
+            spec.inference.output_format.value,
+            list(spec.runtime.beam_args if beam_args is None else beam_args),
+        )
+    inferred.seconds = time.monotonic() - started
+    record(paths, inferred)
+    return inferred
+
+
+def _span_files(paths: RunPaths, span: int) -> list:
+    from pipelines.builder.spans import span_files
+
+    return span_files(paths.spec, paths.input_dir, span)
+
+
+def run_beam(inferred: Inferred, reader: RowReader, signature: str, beam_args: list[str]) -> None:
+    """The Beam pipeline: files -> rows -> RunInference -> PredictionLogs, bad rows aside;
+    fills `inferred`'s counts and first bad rows."""
+    import apache_beam as beam
+    from apache_beam.options.pipeline_options import PipelineOptions
+    from tensorflow_serving.apis import prediction_log_pb2
+    from tfx_bsl.public.beam import run_inference
+    from tfx_bsl.public.proto import model_spec_pb2
+
+    from components.bulk_inferrer.rows import BAD_ROWS_FILE, PREDICTION_LOGS_PREFIX
+    from components.bulk_inferrer.table import counter_value, counting
+    from pipelines.core import storage
+
+    spec = model_spec_pb2.InferenceSpecType(
+        saved_model_spec=model_spec_pb2.SavedModelSpec(
+            model_path=inferred.model_dir, signature_name=[signature]
+        )
+    )
+    output = inferred.output_dir
+    storage.makedirs(output)
+    pipeline = beam.Pipeline(options=PipelineOptions(beam_args))
+    rows = (
+        pipeline
+        | "InputFiles" >> beam.Create(inferred.files)
+        | "ReadRows" >> beam.ParDo(_ReadRows(reader)).with_outputs(_BAD, main=_PARSED)
+    )
+    _ = (
+        rows[_PARSED]
+        | "RunInference" >> run_inference.RunInference(spec)
+        | "CountPredictions" >> counting("predictions")
+        | "WritePredictionLogs"
+        >> beam.io.WriteToTFRecord(
+            f"{output}/{PREDICTION_LOGS_PREFIX}",
+            file_name_suffix=".gz",
+            coder=beam.coders.ProtoCoder(prediction_log_pb2.PredictionLog),
+        )
+    )
+    bad = rows[_BAD] | "CountBadRows" >> counting("bad_rows")
+    _ = (
+        bad
+        | "BadRowLines" >> beam.Map(lambda b: _csv_line([b.file, b.line, b.reason]))
+        | "WriteBadRows"
+        >> beam.io.WriteToText(
+            f"{output}/{BAD_ROWS_FILE}",
+            shard_name_template="",
+            header="file,line,reason",
+        )
+    )
+    result = pipeline.run()
+    inferred.rows = counter_value(result, "predictions")
+    inferred.bad_rows = counter_value(result, "bad_rows")
+    if inferred.bad_rows:
+        inferred.first_bad = read_bad_rows(f"{output}/{BAD_ROWS_FILE}", SHOWN_BAD_ROWS)
+
+
+class _ReadRows:
+    """A DoFn in all but name until Beam is imported (see `_ReadRows.__new__`)."""
+
+    def __new__(cls, reader: RowReader):
+        import apache_beam as beam
+
+        class ReadRows(beam.DoFn):
+            """One input file -> its rows as serialized tf.Examples, bad rows tagged."""
+
+            def __init__(self, row_reader: RowReader):
+                self._reader = row_reader
+
+            def process(self, path: str):
+                from apache_beam.io.filesystems import FileSystems
+
+                with FileSystems.open(path, compression_type="uncompressed") as stream:
+                    for tag, value in self._reader.examples(path, stream):
+                        yield value if tag == _PARSED else beam.pvalue.TaggedOutput(_BAD, value)
+
+        return ReadRows(reader)
+
+
+def _csv_line(values: Sequence) -> str:
+    buffer = io.StringIO()
+    csv.writer(buffer, lineterminator="").writerow(values)
+    return buffer.getvalue()
+
+
+def read_bad_rows(path: str, limit: int) -> list[BadRow]:
+    """The first `limit` bad rows `bad_rows.csv` names."""
+    from pipelines.core import storage
+
+    text = storage.read_bytes(path).decode()
+    found = []
+    for row in list(csv.reader(io.StringIO(text)))[1 : limit + 1]:
+        found.append(BadRow(row[0], int(row[1]), row[2]))
+    return found
+
+
+def write_table_files(
+    output_dir: str, columns: Sequence[str], table_format: str, beam_args: list[str]
+) -> list[str]:
+    """The table of `columns` and every prediction from the PredictionLogs in `output_dir`, as
+    the pipeline's PredictionTable node writes it; returns its files."""
+    import apache_beam as beam
+    import tensorflow as tf
+    from apache_beam.options.pipeline_options import PipelineOptions
+    from tensorflow_serving.apis import prediction_log_pb2
+
+    from components.bulk_inferrer.rows import PREDICTION_LOGS_GLOB, TABLE_PREFIX
+    from components.bulk_inferrer.table import first_prediction_log, write_table
+
+    logs_glob = f"{output_dir}/{PREDICTION_LOGS_GLOB}"
+    first = first_prediction_log(sorted(tf.io.gfile.glob(logs_glob)))
+    pipeline = beam.Pipeline(options=PipelineOptions(beam_args))
+    logs = pipeline | "ReadPredictionLogs" >> beam.io.ReadFromTFRecord(
+        logs_glob, coder=beam.coders.ProtoCoder(prediction_log_pb2.PredictionLog)
+    )
+    write_table(logs, first, columns, table_format, output_dir)
+    pipeline.run().wait_until_finish()
+    return sorted(tf.io.gfile.glob(f"{output_dir}/{TABLE_PREFIX}-*"))
+
+
+# --- ML Metadata --------------------------------------------------------------------------------
+
+
+def record(paths: RunPaths, inferred: Inferred) -> int:
+    """Records one `conveyor.BatchInference` execution in the pipeline's context: its input the
+    PushedModel of the version used (when ML Metadata recorded that push), its output an
+    InferenceResult at the output folder; both carry the version. Returns the execution id."""
+    from ml_metadata.proto import metadata_store_pb2
+
+    from pipelines.core import metadata
+
+    store = metadata.open_store(paths.spec, paths.metadata_path)
+    if store is None:
+        raise InferError(f"no ML Metadata store at {paths.metadata_path}")
+    execution_type = store.put_execution_type(metadata_store_pb2.ExecutionType(name=INFERENCE_TYPE))
+    artifact_type = store.put_artifact_type(
+        metadata_store_pb2.ArtifactType(name=INFERENCE_RESULT_TYPE)
+    )
+    execution = metadata_store_pb2.Execution(
+        type_id=execution_type, last_known_state=metadata_store_pb2.Execution.COMPLETE
+    )
+    result = metadata_store_pb2.Artifact(
+        type_id=artifact_type, uri=inferred.output_dir, state=metadata_store_pb2.Artifact.LIVE
+    )
+    for message in (execution, result):
+        values = message.custom_properties
+        values["model_version"].int_value = inferred.version
+        values["model_dir"].string_value = inferred.model_dir
+        values["rows"].int_value = inferred.rows
+        values["bad_rows"].int_value = inferred.bad_rows
+        values["span"].int_value = -1 if inferred.span is None else inferred.span
+    execution.custom_properties["seconds"].double_value = inferred.seconds
+    execution.custom_properties["input_files"].string_value = "\n".join(inferred.files)
+    pushes = metadata.successful_pushes(store, paths.spec.name) or []
+    pushed = [
+        p
+        for p in pushes
+        if str(metadata.custom_property(p, "pushed_version")) == str(inferred.version)
+    ]
+    events = []
+    if pushed:
+        events.append((pushed[-1], metadata_store_pb2.Event(type=metadata_store_pb2.Event.INPUT)))
+    events.append((result, metadata_store_pb2.Event(type=metadata_store_pb2.Event.OUTPUT)))
+    pipeline = store.get_context_by_type_and_name("pipeline", paths.spec.name)
+    execution_id, _, _ = store.put_execution(
+        execution, events, [pipeline] if pipeline is not None else []
+    )
+    return execution_id
