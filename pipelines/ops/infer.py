@@ -195,10 +195,12 @@ class RowReader:
         for column, kind in self.columns.items():
             text = values[position[column]]
             feature = features[column]
-            if kind == "string":
+            if text == "":  # a missing value: a feature with no values, as TFX writes it
+                {"string": feature.bytes_list, "int": feature.int64_list}.get(
+                    kind, feature.float_list
+                ).SetInParent()
+            elif kind == "string":
                 feature.bytes_list.value.append(text.encode())
-            elif text == "":  # a missing value: a feature with no values, as TFX writes it
-                (feature.int64_list if kind == "int" else feature.float_list).SetInParent()
             elif kind == "int":
                 try:
                     feature.int64_list.value.append(int(text))
@@ -211,7 +213,10 @@ class RowReader:
                     raise ValueError(f"column {column}: {text!r} is not a number") from None
         for column in self.keep:
             if column not in self.columns and column in position:
-                features[column].bytes_list.value.append(values[position[column]].encode())
+                text = values[position[column]]
+                features[column].bytes_list.SetInParent()
+                if text:
+                    features[column].bytes_list.value.append(text.encode())
         return example.SerializeToString()
 
 
