@@ -133,6 +133,29 @@ def test_conveyor_infer_runs_the_served_version_over_every_row_and_records_it(ru
     assert str(metadata.custom_property(linked["PushedModel"], "pushed_version")) == "1"
 
 
+def test_infer_reads_only_the_nights_span_with_the_labelled_version(run, capsys):
+    paths, _ = run
+    (source,) = paths.input_dir.glob("*.csv")
+    lines = source.read_text().splitlines(keepends=True)
+    for night, rows in (("2026-11-27", 50), ("2026-11-28", 30)):
+        folder = paths.workdir / "nights" / night
+        folder.mkdir(parents=True)
+        (folder / "penguins.csv").write_text("".join(lines[: rows + 1]))
+    output = paths.workdir / "night"
+    argv = ["infer", "penguin", "--env", "ci", "--workdir", str(paths.workdir)]
+    argv += [
+        "--set",
+        "data.input_dir=nights",
+        "--set",
+        'data.span_pattern="{YYYY}-{MM}-{DD}/*.csv"',
+    ]
+    assert (
+        cli.main([*argv, "--date", "2026-11-28", "--label", "stable", "--output", str(output)]) == 0
+    )
+    assert "predicted 30 rows of 2026-11-28 (span 20785) with version 1" in capsys.readouterr().out
+    assert len(_logs(sorted(output.glob("prediction_logs-*.gz")))) == 30
+
+
 def test_bad_rows_are_counted_and_named_by_file_and_line(run, tmp_path, capsys):
     paths, _ = run
     (source,) = paths.input_dir.glob("*.csv")
