@@ -2,12 +2,14 @@
 files, on Beam, written as TFX's BulkInferrer writes it and recorded in ML Metadata.
 
 The input is the span's CSV files as they are (not a run's examples): each row becomes a
-tf.Example typed as the model's `serving_default` inputs are, and tfx_bsl's RunInference (what
-TFX's BulkInferrer runs) answers them with `inference.signature`. The output folder holds
-`prediction_logs-*.gz` (PredictionLog TFRecords, an InferenceResult), with
-`inference.output_columns` the table `predictions-*.csv` (or `.parquet`) that the pipeline's
-PredictionTable node writes from the same logs, and `bad_rows.csv`: every row that could not be
-read, by file, line and reason. A bad row is counted and named, never dropped in silence.
+tf.Example typed as the model's `serving_default` inputs are, rows travel in batches of
+BATCH_ROWS, and `inference.signature` answers a batch at a time
+(components/bulk_inferrer/batched.py), logged as the PredictionLogs tfx_bsl's RunInference
+(what TFX's BulkInferrer runs) writes. The output folder holds `prediction_logs-*.gz`
+(PredictionLog TFRecords, an InferenceResult), with `inference.output_columns` the table
+`predictions-*.csv` (or `.parquet`) that the pipeline's PredictionTable node writes from the
+same logs, and `bad_rows.csv`: every row that could not be read, by file, line and reason. A bad
+row is counted and named, never dropped in silence.
 """
 
 from __future__ import annotations
@@ -25,7 +27,8 @@ INFERENCE_FOLDER = "inference"  # <workdir>/inference/<pipeline>/<run>/
 INFERENCE_TYPE = "conveyor.BatchInference"  # the execution `conveyor infer` records
 INFERENCE_RESULT_TYPE = "InferenceResult"  # TFX's standard_artifacts.InferenceResult
 SHOWN_BAD_ROWS = 10  # named on the terminal; bad_rows.csv names them all
-_PARSED, _BAD = "parsed", "bad"
+BATCH_ROWS = 1000  # rows per element of the Beam pipeline, and per call of the signature
+_PARSED, _BAD = "parsed", "bad"  # components.bulk_inferrer.batched's tags
 
 # tensorflow/core/framework/types.proto: the DataTypes of raw-column inputs, by kind of value.
 _DT_FLOATS = {1, 2, 19}  # DT_FLOAT, DT_DOUBLE, DT_HALF
@@ -144,13 +147,21 @@ def model_columns(model_dir: str) -> dict[str, str]:
 @dataclass(frozen=True)
 class RowReader:
     """Turns one input file's CSV rows into serialized tf.Examples: the model's columns typed as
-    its `serving_default` takes them, the other named columns (`keep`) as text."""
+    its `serving_default` takes them, the other named columns (`keep`) as text. An empty field
+    is a missing value: a feature with no values, as TFX's CSV reading writes it."""
 
     columns: Mapping[str, str]
     keep: Sequence[str] = ()
 
-    def examples(self, name: str, stream: io.BufferedIOBase) -> Iterator[tuple[str, object]]:
-        """(`parsed`, serialized tf.Example) per good row, (`bad`, BadRow) per bad one."""
+    @property
+    def layout(self) -> list[tuple[str, str]]:
+        """(column, kind) of every feature an example gets, in order."""
+        kept = [(c, "string") for c in self.keep if c not in self.columns]
+        return [*self.columns.items(), *kept]
+
+    def rows(self, name: str, stream: io.BufferedIOBase) -> Iterator[tuple[int, list] | BadRow]:
+        """(line, typed values in `layout` order, None where missing) per good row, a BadRow
+        per bad one."""
         lines = _Lines(stream)
         reader = csv.reader(lines)
         try:
@@ -158,10 +169,12 @@ class RowReader:
         except StopIteration:
             return
         except (csv.Error, UnicodeDecodeError) as err:
-            yield _BAD, BadRow(name, 1, f"the header cannot be read: {err}")
+            yield BadRow(name, 1, f"the header cannot be read: {err}")
             return
         missing = [c for c in self.columns if c not in header]
         position = {c: i for i, c in enumerate(header)}
+        # A kept column the file lacks is missing in every row, not an error: it is no input.
+        fields = [(c, k, position.get(c)) for c, k in self.layout]
         while True:
             line = lines.number + 1
             try:
@@ -169,55 +182,110 @@ class RowReader:
             except StopIteration:
                 return
             except (csv.Error, UnicodeDecodeError) as err:
-                yield _BAD, BadRow(name, line, f"the row cannot be read: {err}")
+                yield BadRow(name, line, f"the row cannot be read: {err}")
                 continue
             if not values:
                 continue  # a blank line is no row, as in TFX's CSV reading
             if missing:
-                yield _BAD, BadRow(name, line, f"no column {', '.join(missing)} (a model input)")
+                yield BadRow(name, line, f"no column {', '.join(missing)} (a model input)")
                 continue
             if len(values) != len(header):
-                yield (
-                    _BAD,
-                    BadRow(name, line, f"{len(values)} fields where the header has {len(header)}"),
-                )
+                yield BadRow(name, line, f"{len(values)} fields where the header has {len(header)}")
                 continue
             try:
-                yield _PARSED, self._example(values, position)
+                yield line, [_typed(c, k, values[i] if i is not None else "") for c, k, i in fields]
             except ValueError as err:
-                yield _BAD, BadRow(name, line, str(err))
+                yield BadRow(name, line, str(err))
 
-    def _example(self, values: Sequence[str], position: Mapping[str, int]) -> bytes:
+    def examples(self, name: str, stream: io.BufferedIOBase) -> Iterator[tuple[str, object]]:
+        """(`parsed`, serialized tf.Example) per good row, (`bad`, BadRow) per bad one: one row
+        at a time, protocol buffers built in Python."""
         from tensorflow.core.example import example_pb2
 
-        example = example_pb2.Example()
-        features = example.features.feature
-        for column, kind in self.columns.items():
-            text = values[position[column]]
-            feature = features[column]
-            if text == "":  # a missing value: a feature with no values, as TFX writes it
-                {"string": feature.bytes_list, "int": feature.int64_list}.get(
-                    kind, feature.float_list
-                ).SetInParent()
-            elif kind == "string":
-                feature.bytes_list.value.append(text.encode())
-            elif kind == "int":
-                try:
-                    feature.int64_list.value.append(int(text))
-                except ValueError:
-                    raise ValueError(f"column {column}: {text!r} is not an integer") from None
-            else:
-                try:
-                    feature.float_list.value.append(float(text))
-                except ValueError:
-                    raise ValueError(f"column {column}: {text!r} is not a number") from None
-        for column in self.keep:
-            if column not in self.columns and column in position:
-                text = values[position[column]]
-                features[column].bytes_list.SetInParent()
-                if text:
-                    features[column].bytes_list.value.append(text.encode())
-        return example.SerializeToString()
+        layout = self.layout
+        for row in self.rows(name, stream):
+            if isinstance(row, BadRow):
+                yield _BAD, row
+                continue
+            example = example_pb2.Example()
+            features = example.features.feature
+            for (column, kind), value in zip(layout, row[1], strict=True):
+                values = getattr(features[column], _LIST_FIELDS[kind])
+                values.SetInParent()
+                if value is not None:
+                    values.value.append(value)
+            yield _PARSED, example.SerializeToString()
+
+    def batches(
+        self, name: str, stream: io.BufferedIOBase, size: int
+    ) -> Iterator[tuple[str, object]]:
+        """(`parsed`, [serialized tf.Example, ...]) per `size` good rows (the last batch
+        shorter), (`bad`, BadRow) per bad one. The examples are equal to `examples()`', encoded
+        by tfx_bsl's C++ RecordBatchToExamplesEncoder from Arrow columns."""
+        columns: list[list] = []
+        for row in self.rows(name, stream):
+            if isinstance(row, BadRow):
+                yield _BAD, row
+                continue
+            columns.append(row[1])
+            if len(columns) == size:
+                yield _PARSED, self._encode(columns)
+                columns = []
+        if columns:
+            yield _PARSED, self._encode(columns)
+
+    def _encode(self, rows: list[list]) -> list[bytes]:
+        import pyarrow as pa
+        from tfx_bsl.coders import example_coder
+
+        arrays, names = [], []
+        for index, (column, kind) in enumerate(self.layout):
+            offsets, values = [0], []
+            for row in rows:
+                value = row[index]
+                if value is not None:
+                    values.append(value)
+                offsets.append(len(values))
+            arrays.append(
+                pa.LargeListArray.from_arrays(
+                    pa.array(offsets, pa.int64()), pa.array(values, _ARROW_TYPES[kind]())
+                )
+            )
+            names.append(column)
+        batch = pa.RecordBatch.from_arrays(arrays, names)
+        return example_coder.RecordBatchToExamplesEncoder().encode(batch)
+
+
+_LIST_FIELDS = {"string": "bytes_list", "int": "int64_list", "float": "float_list"}
+
+
+def _arrow_type(name: str) -> Callable[[], object]:
+    def make() -> object:
+        import pyarrow as pa
+
+        return getattr(pa, name)()
+
+    return make
+
+
+_ARROW_TYPES = {
+    "string": _arrow_type("large_binary"),
+    "int": _arrow_type("int64"),
+    "float": _arrow_type("float32"),
+}
+
+
+def _typed(column: str, kind: str, text: str) -> object:
+    """A CSV field as the model's column takes it: bytes, int or float; None when empty."""
+    if text == "":
+        return None
+    if kind == "string":
+        return text.encode()
+    try:
+        return int(text) if kind == "int" else float(text)
+    except ValueError:
+        what = "an integer" if kind == "int" else "a number"
+        raise ValueError(f"column {column}: {text!r} is not {what}") from None
 
 
 class _Lines:
@@ -314,45 +382,34 @@ def _span_files(paths: RunPaths, span: int) -> list:
 
 
 def run_beam(inferred: Inferred, reader: RowReader, signature: str, beam_args: list[str]) -> None:
-    """The Beam pipeline: files -> rows -> RunInference -> PredictionLogs, bad rows aside;
-    fills `inferred`'s counts and first bad rows."""
+    """The Beam pipeline: files -> batches of rows -> the signature -> PredictionLogs, bad rows
+    aside (components/bulk_inferrer/batched.py); fills `inferred`'s counts and first bad
+    rows."""
     import apache_beam as beam
     from apache_beam.options.pipeline_options import PipelineOptions
-    from tensorflow_serving.apis import prediction_log_pb2
-    from tfx_bsl.public.beam import run_inference
-    from tfx_bsl.public.proto import model_spec_pb2
 
+    from components.bulk_inferrer.batched import BAD, PARSED, PredictBatches, ReadRowBatches
     from components.bulk_inferrer.rows import BAD_ROWS_FILE, PREDICTION_LOGS_PREFIX
-    from components.bulk_inferrer.table import counter_value, counting
+    from components.bulk_inferrer.table import counter_value
     from pipelines.core import storage
 
-    spec = model_spec_pb2.InferenceSpecType(
-        saved_model_spec=model_spec_pb2.SavedModelSpec(
-            model_path=inferred.model_dir, signature_name=[signature]
-        )
-    )
     output = inferred.output_dir
     storage.makedirs(output)
     pipeline = beam.Pipeline(options=PipelineOptions(beam_args))
     rows = (
         pipeline
         | "InputFiles" >> beam.Create(inferred.files)
-        | "ReadRows" >> beam.ParDo(_ReadRows(reader)).with_outputs(_BAD, main=_PARSED)
+        | "ReadRows"
+        >> beam.ParDo(ReadRowBatches(reader, BATCH_ROWS)).with_outputs(BAD, main=PARSED)
     )
     _ = (
-        rows[_PARSED]
-        | "RunInference" >> run_inference.RunInference(spec)
-        | "CountPredictions" >> counting("predictions")
+        rows[PARSED]
+        | "Predict" >> beam.ParDo(PredictBatches(inferred.model_dir, signature))
         | "WritePredictionLogs"
-        >> beam.io.WriteToTFRecord(
-            f"{output}/{PREDICTION_LOGS_PREFIX}",
-            file_name_suffix=".gz",
-            coder=beam.coders.ProtoCoder(prediction_log_pb2.PredictionLog),
-        )
+        >> beam.io.WriteToTFRecord(f"{output}/{PREDICTION_LOGS_PREFIX}", file_name_suffix=".gz")
     )
-    bad = rows[_BAD] | "CountBadRows" >> counting("bad_rows")
     _ = (
-        bad
+        rows[BAD]
         | "BadRowLines" >> beam.Map(lambda b: _csv_line([b.file, b.line, b.reason]))
         | "WriteBadRows"
         >> beam.io.WriteToText(
@@ -366,28 +423,6 @@ def run_beam(inferred: Inferred, reader: RowReader, signature: str, beam_args: l
     inferred.bad_rows = counter_value(result, "bad_rows")
     if inferred.bad_rows:
         inferred.first_bad = read_bad_rows(f"{output}/{BAD_ROWS_FILE}", SHOWN_BAD_ROWS)
-
-
-class _ReadRows:
-    """A DoFn in all but name until Beam is imported (see `_ReadRows.__new__`)."""
-
-    def __new__(cls, reader: RowReader):
-        import apache_beam as beam
-
-        class ReadRows(beam.DoFn):
-            """One input file -> its rows as serialized tf.Examples, bad rows tagged."""
-
-            def __init__(self, row_reader: RowReader):
-                self._reader = row_reader
-
-            def process(self, path: str):
-                from apache_beam.io.filesystems import FileSystems
-
-                with FileSystems.open(path, compression_type="uncompressed") as stream:
-                    for tag, value in self._reader.examples(path, stream):
-                        yield value if tag == _PARSED else beam.pvalue.TaggedOutput(_BAD, value)
-
-        return ReadRows(reader)
 
 
 def _csv_line(values: Sequence) -> str:

@@ -57,6 +57,35 @@ def _same_as_the_signature(logs: list, model_dir: str) -> None:
             np.testing.assert_allclose(values, called[name].numpy()[i].ravel(), rtol=1e-6)
 
 
+def _run_inference(examples: list, model_dir: Path, folder: Path) -> list[bytes]:
+    """The serialized PredictionLogs tfx_bsl's RunInference gives `examples`, in their order."""
+    import apache_beam as beam
+    from tfx_bsl.public.beam import run_inference
+    from tfx_bsl.public.proto import model_spec_pb2
+
+    spec = model_spec_pb2.InferenceSpecType(
+        saved_model_spec=model_spec_pb2.SavedModelSpec(
+            model_path=str(model_dir), signature_name=[SIGNATURE]
+        )
+    )
+    with beam.Pipeline() as pipeline:
+        _ = (
+            pipeline
+            | beam.Create(examples)
+            | run_inference.RunInference(spec)
+            | beam.Map(lambda log: log.SerializeToString())
+            | beam.io.WriteToTFRecord(str(folder / "logs"), file_name_suffix=".gz")
+        )
+    records = tf.data.TFRecordDataset(
+        [str(f) for f in sorted(folder.glob("logs*.gz"))], compression_type="GZIP"
+    )
+    by_example = {}
+    for record in records:
+        log = prediction_log_pb2.PredictionLog.FromString(record.numpy())
+        by_example[logged_example(log).SerializeToString()] = record.numpy()
+    return [by_example[e.SerializeToString()] for e in examples]
+
+
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
     workdir = tmp_path_factory.mktemp("bulk_inferrer")
@@ -103,7 +132,9 @@ def test_the_bulk_inferrer_predicts_every_eval_row_as_the_saved_model_does(run):
     assert sorted(from_table) == sorted(from_logs)
 
 
-def test_conveyor_infer_runs_the_served_version_over_every_row_and_records_it(run, capsys):
+def test_conveyor_infer_runs_the_served_version_over_every_row_and_records_it(
+    run, capsys, tmp_path
+):
     paths, _ = run
     workdir = str(paths.workdir)
     output = paths.workdir / "inferred"
@@ -114,6 +145,11 @@ def test_conveyor_infer_runs_the_served_version_over_every_row_and_records_it(ru
     logs = _logs(sorted(output.glob("prediction_logs-*.gz")))
     assert len(logs) == PENGUIN_ROWS
     _same_as_the_signature(logs, str(paths.serving_dir / "1"))
+    # Each log is the one tfx_bsl's RunInference (TFX's BulkInferrer) writes for its example.
+    examples = [logged_example(log) for log in logs[:40]]
+    by_bsl = _run_inference(examples, paths.serving_dir / "1", tmp_path)
+    # (As messages: the order a map's entries are serialized in is not fixed.)
+    assert logs[:40] == [prediction_log_pb2.PredictionLog.FromString(b) for b in by_bsl]
     table = pq.read_table([str(p) for p in sorted(output.glob("predictions-*.parquet"))])
     assert table.num_rows == PENGUIN_ROWS
     assert table.column_names[:2] == ["island", "sex"]

@@ -168,3 +168,22 @@ def test_infer_help_imports_no_tensorflow(tmp_path):
     assert done.returncode == 0, done.stderr
     assert "--version VERSION | --label LABEL" in done.stdout
     assert "HEAVY []" in done.stdout
+
+
+def test_batches_encode_the_same_examples_as_one_row_at_a_time():
+    text = (
+        b"species,island,bill_length_mm,body_mass_g\n"
+        b"Adelie,Torgersen,39.1,3750\n"
+        b"Gentoo,,,\n"
+        b"Chinstrap,Dream,x,1\n"
+        b"Adelie,Biscoe,40.5,4000\n"
+    )
+    reader = RowReader(COLUMNS, ("species",))
+    one_by_one = [v for t, v in reader.examples("in.csv", io.BytesIO(text)) if t == "parsed"]
+    batched = list(reader.batches("in.csv", io.BytesIO(text), 2))
+    assert [t for t, _ in batched] == ["parsed", "bad", "parsed"]
+    assert batched[1][1].line == 4
+    examples = [e for t, batch in batched if t == "parsed" for e in batch]
+    assert [example_pb2.Example.FromString(e) for e in examples] == [
+        example_pb2.Example.FromString(e) for e in one_by_one
+    ]
