@@ -62,6 +62,10 @@ SLOTS: dict[str, tuple[str, str]] = {
         ".venv/bin/python bench/bench_evaluator.py WORKDIR",
     ),
     "gpu": ("the gpu profile's examples/s", "make gpu-check"),
+    "infer": (
+        "batch inference (`conveyor infer`) against a Python loop over the rows",
+        ".venv/bin/python bench/bench_infer.py",
+    ),
 }
 SUMMARY = "summary"
 MARKERS = re.compile(
@@ -386,6 +390,25 @@ def render_gpu(document: dict) -> list[str]:
     return lines + ["", f"GPUs: {figures['gpus']}"]
 
 
+INFER_TOOL_LABELS = {"beam": "conveyor infer (Beam)", "loop": "Python loop, one row a call"}
+
+
+def render_infer(document: dict) -> list[str]:
+    """Both tools' wall time, rows/s and peak memory, and the floor."""
+    tools = document["figures"]["tools"]
+    rows = [
+        [
+            INFER_TOOL_LABELS.get(tool, tool),
+            spread(figures["wall_seconds"]),
+            number(figures["rows_per_second"], 0),
+            spread(figures["peak_rss_mib"], 0),
+        ]
+        for tool, figures in tools.items()
+    ]
+    lines = table(["tool", "wall s", "rows/s", "peak RSS MiB"], rows, "lrrr")
+    return [f"{document['settings']['rows']:,} rows:", "", *lines, "", *aims(document)]
+
+
 RENDERERS: dict[str, Callable[[dict], list[str]]] = {
     "penguin": render_penguin,
     "bucket": render_bucket,
@@ -395,6 +418,7 @@ RENDERERS: dict[str, Callable[[dict], list[str]]] = {
     "serving": render_serving,
     "evaluator": render_evaluator,
     "gpu": render_gpu,
+    "infer": render_infer,
 }
 
 
@@ -486,6 +510,13 @@ def headline(document: dict) -> str:
     if kind == "evaluator":
         return ", ".join(
             f"{engine} {figure['median']:.1f} s" for engine, figure in figures["seconds"].items()
+        )
+    if kind == "infer":
+        tools = figures["tools"]
+        return (
+            f"{document['settings']['rows']:,} rows: {times(figures['speedup'])} faster than the "
+            f"loop ({tools['beam']['wall_seconds']['median']:.1f} s against "
+            f"{tools['loop']['wall_seconds']['median']:.1f} s)"
         )
     if kind == "gpu":
         return ", ".join(
