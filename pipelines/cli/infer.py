@@ -19,9 +19,9 @@ def register(sub) -> None:
     p = sub.add_parser(
         "infer",
         help="predict a span's rows with a served (or named) version, on Beam",
-        description="Reads the span's input files, runs the model version on every row with "
-        "TFX's RunInference on the profile's Beam runner and writes PredictionLog TFRecords "
-        "(as TFX's BulkInferrer does), the table of `inference.output_columns` beside the "
+        description="Reads the span's input files, runs the model version on every row in "
+        "batches on the profile's Beam runner and writes PredictionLog TFRecords (those TFX's "
+        "BulkInferrer writes), the table of `inference.output_columns` beside the "
         "predictions (CSV or Parquet) and bad_rows.csv, naming each row that could not be "
         "read by file and line. Recorded in ML Metadata with the version used. Exits 1 when "
         "any row was bad (the others are still predicted).",
