@@ -28,6 +28,7 @@ from tfx.dsl.io import fileio
 from tfx.types import artifact_utils, standard_component_specs
 from tfx.utils import io_utils, proto_utils
 
+from components.baseline.served import without_empty_models
 from components.evaluator.gate import HIGHER_IS_BETTER, LOWER_IS_BETTER, interval, judge_change
 
 CONFIDENCE_LEVEL_KEY = "confidence_level"
@@ -52,7 +53,9 @@ class Executor(tfx_evaluator_executor.Executor):
     def Do(self, input_dict, output_dict, exec_properties):  # noqa: N802 - TFX's name
         """Runs TFX's Evaluator (or the vectorized engine, which writes the same artifacts),
         then judges its change thresholds with the intervals, and records the overall metrics
-        on the evaluation artifact."""
+        on the evaluation artifact. A baseline Model that holds no model (Kubeflow's served
+        model before anything is served) is no baseline."""
+        input_dict = without_empty_models(input_dict, standard_component_specs.BASELINE_MODEL_KEY)
         engine, why = choose_engine(self.ENGINE, input_dict, exec_properties)
         logging.info("Evaluation engine: %s (%s).", engine, why)
         if engine == "vectorized":

@@ -30,6 +30,7 @@ from tfx.types import artifact_utils, standard_artifacts, standard_component_spe
 from tfx.types.component_spec import ChannelParameter, ExecutionParameter
 from tfx.utils import json_utils
 
+from components.baseline.served import without_empty_models
 from components.trainer.cluster import CLUSTER_KEY
 from pipelines.core.artifact_files import TRAINING_SUMMARY_FILE
 
@@ -130,7 +131,10 @@ class Executor(tfx_trainer_executor.GenericExecutor):
 
         With a cluster launcher in `custom_config` (components/trainer/cluster.py), this task
         launches the replicas, each running this executor without it, and waits for them.
+        A base model that holds no model (Kubeflow's served model before anything is served)
+        is no base model: the model trains from scratch.
         """
+        input_dict = without_empty_models(input_dict, standard_component_specs.BASE_MODEL_KEY)
         config_json = exec_properties.get(standard_component_specs.CUSTOM_CONFIG_KEY)
         if CLUSTER_KEY in (json_utils.loads(config_json or "null") or {}):
             from components.trainer.cluster import train_on_cluster
@@ -177,8 +181,10 @@ class UserModuleExecutor(tfx_trainer_executor.GenericExecutor):
         """Runs TFX's training (the user's `run_fn`), then names the user code on the Model.
 
         The module is imported here first, so a module that does not import or has no `run_fn`
-        (and a run_fn that raises) fails with one paragraph naming trainer.module.
+        (and a run_fn that raises) fails with one paragraph naming trainer.module. A base
+        model that holds no model is left out, as in `Executor.Do`.
         """
+        input_dict = without_empty_models(input_dict, standard_component_specs.BASE_MODEL_KEY)
         from components.trainer.autograph import leave_tf_keras_unconverted
         from components.user_code import UserCodeFailure, entry_point, failure
 

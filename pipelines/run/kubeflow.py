@@ -1,9 +1,10 @@
 """Kubeflow Pipelines v2 / Vertex AI: the pipeline built for Kubeflow, compiled to a PipelineJob.
 
 The builder builds for the Kubeflow target (`target=Orchestrator.KUBEFLOW`): each node's build
-function decides what it is there (resolvers become TFX's LatestBlessedModelStrategy or no node
-at all, the curated schema is read from the image; see `pipelines.spec.components`). This
-module adds only what KFP itself needs:
+function decides what it is there (the served-model resolvers become Conveyor's ServedModel
+component, which reads the serving folder; the span resolvers are no node at all; the curated
+schema is read from the image; see `pipelines.spec.components`). This module adds only what
+KFP itself needs:
 
 - each node's container gets the profile's resources (`runtime.container.resources`: `default`,
   then the node's own entry), GPUs included;
@@ -11,6 +12,7 @@ module adds only what KFP itself needs:
   and every container's command is Conveyor's entry point (`pipelines.run.kubeflow_entrypoint`)
   told each custom title's class, in front of TFX's, which imports a custom title as a class
   path and so could not read a `conveyor.Name` artifact;
+- KFP's cache off for the served-model tasks, whose answer is the serving folder's state;
 - the job's output directory and the nightly schedule for KFP and Vertex AI;
 - PipelineSpec schema 2.1.0, the only one open-source KFP's API server accepts;
 - every task's environment from Kubernetes secrets (`runtime.container.secret_env`), as KFP's
@@ -171,6 +173,21 @@ def _fill_missing_resources(job: dict[str, Any], spec: PipelineSpec) -> list[str
     return filled
 
 
+def _never_cached(job: dict[str, Any], pipeline) -> list[str]:
+    """Turns KFP's cache off for the tasks whose result depends on more than their inputs:
+    the served model (`components.baseline.served`) is what the serving folder holds when the
+    task runs, which a cache hit from an earlier night would not be. Returns those tasks."""
+    from components.baseline.served import ServedModel
+
+    served = {node.id for node in pipeline.components if isinstance(node, ServedModel)}
+    uncached = []
+    for task, task_spec in job_tasks(job["pipelineSpec"]).items():
+        if task in served:
+            task_spec["cachingOptions"] = {"enableCache": False}
+            uncached.append(task)
+    return uncached
+
+
 def kubernetes_platform_spec(job: dict[str, Any], spec: PipelineSpec) -> dict[str, Any]:
     """KFP's kubernetes platform spec giving every container task the profile's secret env,
     encoded as kfp-kubernetes's `use_secret_as_env` encodes it (one `secretAsEnv` per secret,
@@ -291,6 +308,7 @@ def compile_pipeline(loaded: LoadedSpec, workdir: str, output: Path) -> list[Pat
     runner.set_exit_handler(exit_handler(spec, workdir))
     job = runner.run(pipeline, write_out=False)
     _fill_missing_resources(job, spec)
+    _never_cached(job, pipeline)
     runtime_config = job.setdefault("runtimeConfig", {})
     runtime_config["gcsOutputDirectory"] = _gcs_uri(
         runtime_config.get(

@@ -98,6 +98,11 @@ class ComponentType:
 
 
 _NODES = "pipelines.builder.nodes"
+# Kubeflow runs no resolver strategy of ours: the served model is read by a task instead.
+_SERVED_MODEL_ON_KUBEFLOW = (
+    "Conveyor's ServedModel task: the version served (models.config's `stable` label, else "
+    "the newest), read from the serving folder into a Model artifact (never from KFP's cache)"
+)
 
 COMPONENT_TYPES: dict[str, ComponentType] = {
     t.name: t
@@ -183,7 +188,7 @@ COMPONENT_TYPES: dict[str, ComponentType] = {
             f"{_NODES}.resolvers:build_warm_start",
             provides=("warm_start_model",),
             needs=("examples",),
-            on_target={Orchestrator.KUBEFLOW: "TFX's LatestBlessedModelStrategy"},
+            on_target={Orchestrator.KUBEFLOW: _SERVED_MODEL_ON_KUBEFLOW},
         ),
         ComponentType(
             "transform",
@@ -220,7 +225,7 @@ COMPONENT_TYPES: dict[str, ComponentType] = {
             f"{_NODES}.resolvers:build_baseline",
             provides=("baseline_model",),
             needs=("model",),
-            on_target={Orchestrator.KUBEFLOW: "TFX's LatestBlessedModelStrategy"},
+            on_target={Orchestrator.KUBEFLOW: _SERVED_MODEL_ON_KUBEFLOW},
         ),
         ComponentType(
             "evaluator",

@@ -25,6 +25,8 @@ from pipelines.spec import loading as config
 from pipelines.spec.loading import load_spec
 from tests.kfp_executor import type_title
 
+# Served-model resolvers are Conveyor's ServedModel tasks on Kubeflow (they read the serving
+# folder: no inputs, so no upstream task); the span resolvers are no task.
 SERVED_MODEL_RESOLVERS = {"baseline_resolver", "warm_start_resolver"}
 BYPASSED_RESOLVERS = {"span_window_resolver", "drift_baseline_resolver"}
 
@@ -44,7 +46,7 @@ def compiled(tmp_path_factory):
 
 
 def _executors(job: dict) -> dict[str, dict]:
-    """Task name -> its container spec (resolver tasks have none)."""
+    """Task name -> its container spec (a resolver task would have none)."""
     pipeline = job["pipelineSpec"]
     executors = pipeline["deploymentSpec"]["executors"]
     containers = {}
@@ -57,17 +59,18 @@ def _executors(job: dict) -> dict[str, dict]:
 
 def _expected_dependencies(name: str, tmp_path: Path) -> dict[str, set[str]]:
     """The spec's edges as TFX builds them locally, with the resolvers as KFP has them: a
-    served-model resolver is two query tasks, a bypassed one passes its anchors through."""
+    served-model resolver is a task of its own, a bypassed one passes its anchors through."""
     pipeline = build_pipeline(load_spec(name, env="local").spec, tmp_path)
     expected = {}
     for node in pipeline.components:
-        if node.id in SERVED_MODEL_RESOLVERS | BYPASSED_RESOLVERS:
+        if node.id in BYPASSED_RESOLVERS:
+            continue
+        if node.id in SERVED_MODEL_RESOLVERS:
+            expected[node.id] = set()
             continue
         upstream = set()
         for parent in node.upstream_nodes:
-            if parent.id in SERVED_MODEL_RESOLVERS:
-                upstream.add(f"{parent.id}-model-resolver")
-            elif parent.id in BYPASSED_RESOLVERS:
+            if parent.id in BYPASSED_RESOLVERS:
                 upstream |= {p.id for p in parent.upstream_nodes}
             else:
                 upstream.add(parent.id)
@@ -99,11 +102,7 @@ def test_the_task_graph_is_the_specs(compiled, name, tmp_path):
     tasks = job_tasks(job["pipelineSpec"])
     graph = {task: set(spec.get("dependentTasks", [])) for task, spec in tasks.items()}
     assert graph.pop(EXIT_HANDLER_ID) == {PIPELINE_DAG}  # after the pipeline's own tasks
-    expected = _expected_dependencies(name, tmp_path)
-    for resolver in SERVED_MODEL_RESOLVERS & {c.id for c in load_spec(name).spec.components}:
-        expected[f"{resolver}-model-blessing-resolver"] = set()
-        expected[f"{resolver}-model-resolver"] = set()
-    assert graph == expected
+    assert graph == _expected_dependencies(name, tmp_path)
     # The data gate still stops training: the trainer waits for it.
     assert "data_gate" in graph["trainer"]
 
@@ -114,7 +113,7 @@ def test_image_commands_beam_args_and_resources_are_the_profiles(compiled, name)
     runtime = load_spec(name, env="kubeflow").spec.runtime
     containers = _executors(job)
     assert set(containers) == {c.id for c in load_spec(name).spec.components} - (
-        SERVED_MODEL_RESOLVERS | BYPASSED_RESOLVERS
+        BYPASSED_RESOLVERS
     ) | {EXIT_HANDLER_ID}
     for task, container in containers.items():
         assert container["image"] == runtime.container.image, task
@@ -247,3 +246,27 @@ def test_the_exit_handler_gets_the_final_status_after_every_task(compiled, name)
     assert executor["args"][executor["args"].index("--executor_class_path") + 1] == (
         "components.run_finish.component.RunFinish_Executor"
     )
+
+
+@pytest.mark.parametrize("name", config.list_pipelines())
+def test_the_served_model_tasks_read_the_serving_folder_and_never_come_from_the_cache(
+    compiled, name
+):
+    # Their answer is what the serving folder holds when they run: a cache hit from an earlier
+    # night would hand the Trainer and the model gate a model no longer served.
+    job, _ = compiled[name]
+    spec = load_spec(name, env="kubeflow").spec
+    tasks = job_tasks(job["pipelineSpec"])
+    served = SERVED_MODEL_RESOLVERS & {c.id for c in spec.components}
+    assert served, "every example pipeline compares with the served model"
+    # Where the Pusher publishes versions is where they look.
+    pusher = tasks["pusher"]["inputs"]["parameters"]["custom_config"]["runtimeValue"]
+    serving_dir = json.loads(pusher["constant"])["serving_base_dir"]
+    assert serving_dir.startswith("/gcs/")
+    for task in served:
+        assert tasks[task]["cachingOptions"] == {"enableCache": False}, task
+        value = tasks[task]["inputs"]["parameters"]["serving_dir"]["runtimeValue"]["constant"]
+        assert value == serving_dir, task
+    cached = spec.runtime.enable_cache
+    for task in set(tasks) - served - {EXIT_HANDLER_ID}:
+        assert tasks[task].get("cachingOptions", {}).get("enableCache", False) is cached, task

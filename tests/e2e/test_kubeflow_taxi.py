@@ -5,8 +5,9 @@ Vertex AI would run it, against one bucket folder and one artifact record.
 Each night's span lands in the bucket before its run, as a nightly export would put it there:
 2,000 rows a night (pipelines/datasets/taxi_nights.py, the normal nights of the simulated week).
 The first night pushes version 1. The second night reads the new span, trains from the served
-model (the warm-start resolver), is compared with it (the baseline resolver) and is pushed as
-version 2 when the model gate blesses it.
+model and is compared with it (the warm-start and baseline resolvers, which on Kubeflow are
+Conveyor's ServedModel tasks reading the serving folder) and is pushed as version 2 when the
+model gate blesses it.
 
 What the compiled job guarantees differs from `conveyor run` (pipelines.spec.components says
 so for each resolver): its ExampleGen has no range, so it reads the newest span in the bucket;
@@ -23,6 +24,7 @@ import pandas as pd
 import pytest
 import tensorflow as tf
 
+from components.baseline.served import SERVED_VERSION_PROPERTY, SERVING_MODEL_FOLDER
 from pipelines.builder import spans
 from pipelines.core.paths import RUN_SUMMARY, RunPaths
 from pipelines.datasets.taxi_nights import LABEL, write_night
@@ -34,6 +36,7 @@ from tests.kfp_executor import SUCCEEDED, compile_job, type_title
 PIPELINE = "taxi"
 FIRST_NIGHT = datetime.date(2026, 11, 23)
 ROWS = 2000  # as tests/e2e/test_nightly_week.py's nights
+SERVED_MODEL_TASKS = ("warm_start_resolver", "baseline_resolver")
 
 
 def _ci_sizes() -> list[str]:
@@ -110,7 +113,7 @@ def test_every_task_of_each_night_ran_and_succeeded(nights, index):
 def test_the_job_has_no_window_or_drift_resolver(nights):
     tasks = job_tasks(nights["job"]["pipelineSpec"])
     assert not any(t.startswith(("span_window_resolver", "drift_baseline_resolver")) for t in tasks)
-    assert {"warm_start_resolver-model-resolver", "baseline_resolver-model-resolver"} <= set(tasks)
+    assert set(SERVED_MODEL_TASKS) <= set(tasks)
 
 
 @pytest.mark.parametrize("index", [1, 2])
@@ -143,8 +146,13 @@ def test_the_data_gate_passes_and_says_it_measured_no_drift(nights, index):
 
 def test_night_1_has_no_baseline_and_pushes_version_1(nights):
     first = nights["runs"][1]
-    assert first.tasks["baseline_resolver-model-resolver"].artifacts["model"] == []
-    assert first.tasks["warm_start_resolver-model-resolver"].artifacts["model"] == []
+    for task in SERVED_MODEL_TASKS:  # nothing served yet: an empty Model, version 0
+        (model,) = first.tasks[task].artifacts["model"]
+        assert model["metadata"][SERVED_VERSION_PROPERTY] == 0, task
+        assert not Path(model["uri"]).exists(), task
+    # ...which the Trainer and the model gate take as no model: from scratch, no baseline.
+    (blessing,) = first.tasks["evaluator"].artifacts["blessing"]
+    assert "baseline_model" not in blessing["metadata"]
     assert _blessed(first)
     (pushed,) = first.tasks["pusher"].artifacts["pushed_model"]
     assert pushed["metadata"]["pushed"] == 1
@@ -156,13 +164,21 @@ def test_night_1_has_no_baseline_and_pushes_version_1(nights):
     assert (summary["span"], summary["data_gate"], summary["nodes"]) == (None, None, [])
 
 
-def test_night_2_starts_from_and_is_compared_with_night_1s_model(nights):
+def test_night_2_starts_from_and_is_compared_with_the_served_version_1(nights):
     first, second = nights["runs"][1], nights["runs"][2]
     (first_model,) = first.tasks["trainer"].artifacts["model"]
-    for resolver in ("baseline_resolver-model-resolver", "warm_start_resolver-model-resolver"):
-        (model,) = second.tasks[resolver].artifacts["model"]
-        assert model["uri"] == first_model["uri"], resolver
+    trained = Path(first_model["uri"]) / SERVING_MODEL_FOLDER
+    served = {}
+    for task in SERVED_MODEL_TASKS:
+        (model,) = second.tasks[task].artifacts["model"]
         assert type_title(model["type"]) == "tfx.Model"
+        assert model["metadata"][SERVED_VERSION_PROPERTY] == 1, task
+        # A copy of version 1 as served, which is night 1's model, byte for byte.
+        copied = Path(model["uri"]) / SERVING_MODEL_FOLDER
+        assert (copied / "saved_model.pb").read_bytes() == (
+            trained / "saved_model.pb"
+        ).read_bytes(), task
+        served[task] = model["uri"]
     trained = [
         json.loads(
             run.tasks["trainer"].artifacts["model"][0]["metadata"]["conveyor_training_summary"]
@@ -170,9 +186,9 @@ def test_night_2_starts_from_and_is_compared_with_night_1s_model(nights):
         for run in (first, second)
     ]
     assert [t["warm_started"] for t in trained] == [False, True]
-    # The model gate compared the candidate with night 1's model.
+    # The model gate compared the candidate with the served model.
     (blessing,) = second.tasks["evaluator"].artifacts["blessing"]
-    assert blessing["metadata"]["baseline_model"] == first_model["uri"]
+    assert blessing["metadata"]["baseline_model"] == served["baseline_resolver"]
     (evaluation,) = second.tasks["evaluator"].artifacts["evaluation"]
     assert "conveyor_baseline_metric_auc" in evaluation["metadata"]
 

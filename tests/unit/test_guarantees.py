@@ -30,16 +30,14 @@ def test_taxi_on_kubeflow_loses_its_resolvers_its_span_and_what_follows_a_run():
     assert set(codes) == {
         G.DRIFT_GATE,
         G.TRAINING_WINDOW,
-        G.WARM_START_FROM_SERVED,
-        G.SERVED_BASELINE,
         G.SCHEDULED_SPAN,
         *KUBEFLOW_RUN_GAPS,
     }
 
 
-def test_penguin_on_kubeflow_has_no_span_or_window_to_lose():
+def test_penguin_on_kubeflow_has_no_span_or_window_to_lose_and_keeps_its_served_baseline():
     codes = set(_codes("penguin", Orchestrator.KUBEFLOW))
-    assert codes == {G.SERVED_BASELINE, *KUBEFLOW_RUN_GAPS}
+    assert codes == KUBEFLOW_RUN_GAPS
 
 
 def test_an_inferred_schema_is_a_gap_on_kubeflow_and_a_curated_one_is_not():

@@ -4,7 +4,8 @@ served model for warm start and as the evaluation baseline).
 Conveyor's own strategies (components/spans, components/baseline) read ML Metadata from the
 executing process. Kubeflow Pipelines runs resolvers as queries of its own and knows only
 TFX's LatestArtifact and LatestBlessedModel strategies, so each build function says what it
-builds there instead (see `pipelines.spec.components` for the table of these choices).
+builds there instead: the served model comes from Conveyor's ServedModel component, which
+reads the serving folder (see `pipelines.spec.components` for the table of these choices).
 """
 
 from __future__ import annotations
@@ -84,7 +85,8 @@ def _served_model_resolver(
 ):
     """A Resolver over every Model and push of the pipeline, anchored to this run's channel
     `anchor = (input key, role)`, which also orders it after that channel's producer. On
-    Kubeflow: TFX's LatestBlessedModelStrategy over the pipeline's Models and blessings."""
+    Kubeflow, which runs no strategy of ours, Conveyor's ServedModel reads the served version
+    from the serving folder every task reaches (components/baseline/served.py)."""
     from tfx.dsl.components.common.resolver import Resolver
     from tfx.types import standard_artifacts
     from tfx.types.channel import Channel
@@ -92,28 +94,24 @@ def _served_model_resolver(
     from components.baseline.strategy import MODEL_KEY, PUSH_KEY
 
     if ctx.target is Orchestrator.KUBEFLOW:
-        from tfx.dsl.input_resolution.strategies.latest_blessed_model_strategy import (
-            LatestBlessedModelStrategy,
-        )
+        from components.baseline.served import ServedModel
 
-        ctx.note(node_id, f"{strategy_class.__name__} -> LatestBlessedModelStrategy")
-        node = Resolver(
-            strategy_class=LatestBlessedModelStrategy,
-            **{
-                MODEL_KEY: Channel(type=standard_artifacts.Model),
-                "model_blessing": Channel(type=standard_artifacts.ModelBlessing),
-            },
-        )
-    else:
-        anchor_key, anchor_role = anchor
-        node = Resolver(
-            strategy_class=strategy_class,
-            **{
-                anchor_key: ctx.need(anchor_role, node_id),
-                MODEL_KEY: Channel(type=standard_artifacts.Model),
-                PUSH_KEY: Channel(type=standard_artifacts.PushedModel),
-            },
-        )
+        ctx.note(node_id, f"{strategy_class.__name__} -> ServedModel (the serving folder)")
+        node = ServedModel(
+            serving_dir=str(ctx.paths.serving_dir),
+            serving_config_dir=str(ctx.paths.serving_config_dir),
+            model_name=ctx.spec.push.model_name,
+        ).with_id(node_id)
+        return ctx.add(node).outputs["model"]
+    anchor_key, anchor_role = anchor
+    node = Resolver(
+        strategy_class=strategy_class,
+        **{
+            anchor_key: ctx.need(anchor_role, node_id),
+            MODEL_KEY: Channel(type=standard_artifacts.Model),
+            PUSH_KEY: Channel(type=standard_artifacts.PushedModel),
+        },
+    )
     node = ctx.add(node.with_id(node_id))
     return node.outputs[MODEL_KEY]
 
