@@ -229,6 +229,64 @@ def write_findings(uri: str, findings: dict[str, Any]) -> None:
         handle.write(json.dumps(findings, indent=2))
 
 
+def examples_span(examples) -> int | None:
+    """The span on ExampleGen's Examples (its custom property, which FileBasedExampleGen's
+    driver sets, or the declared property), or None for data without spans."""
+    if examples is None:
+        return None
+    if examples.has_custom_property("span"):
+        return examples.get_int_custom_property("span")
+    return examples.span if examples.has_property("span") and examples.span else None
+
+
+def record_accepted_span(accepted_dir: str, statistics, examples) -> str | None:
+    """Records that the gate accepted this span: `<accepted_dir>/<span>.json` naming its
+    statistics and examples (their URIs and splits), what `last_accepted_before` gives the next
+    night's gate. Returns the record, or None for data without spans (no later span drifts
+    from it)."""
+    span = examples_span(examples)
+    if span is None:
+        return None
+    fileio.makedirs(accepted_dir)
+    record = {
+        "span": span,
+        "statistics": {"uri": statistics.uri, "split_names": statistics.split_names},
+        "examples": {"uri": examples.uri, "split_names": examples.split_names},
+    }
+    target = os.path.join(accepted_dir, f"{span}.json")
+    with fileio.open(target, "w") as handle:
+        handle.write(json.dumps(record, indent=2))
+    return target
+
+
+def last_accepted_before(accepted_dir: str, span: int | None):
+    """(statistics, examples) artifacts of the newest span before `span` that a gate accepted,
+    from the records `record_accepted_span` wrote; (None, None) when there is none."""
+    if span is None or not fileio.exists(accepted_dir):
+        return None, None
+    spans = sorted(
+        int(name[: -len(".json")])
+        for name in fileio.listdir(accepted_dir)
+        if name.endswith(".json") and name[: -len(".json")].isdigit()
+    )
+    earlier = [s for s in spans if s < span]
+    if not earlier:
+        return None, None
+    with fileio.open(os.path.join(accepted_dir, f"{earlier[-1]}.json")) as handle:
+        record = json.loads(handle.read())
+    found = []
+    for kind, artifact_class in (
+        ("statistics", standard_artifacts.ExampleStatistics),
+        ("examples", standard_artifacts.Examples),
+    ):
+        restored = artifact_class()
+        restored.uri = record[kind]["uri"]
+        restored.split_names = record[kind]["split_names"]
+        found.append(restored)
+    found[1].set_int_custom_property("span", record["span"])
+    return found[0], found[1]
+
+
 @component
 def DataGate(  # noqa: N802 - TFX names components like classes
     anomalies: InputArtifact[standard_artifacts.ExampleAnomalies],
@@ -245,23 +303,31 @@ def DataGate(  # noqa: N802 - TFX names components like classes
     runs_dir: Parameter[str] = None,
     job_name: Parameter[str] = None,
     job_resource_name: Parameter[str] = None,
+    accepted_spans_dir: Parameter[str] = None,
 ) -> None:
     """Raises DataGateError listing each problem; passes (and records findings) when none.
 
     `thresholds` is JSON: {"drift": {column: max}, "skew": {column: max},
-    "serving_data_dir": path or null, "drift_unmeasured": why this build has no drift baseline
-    (optional: a target that resolves no earlier span)}.
+    "serving_data_dir": path or null}.
 
     On Kubeflow, `runs_dir` (the pipeline's folder of run folders) and KFP's job name
     placeholders (`{{$.pipeline_job_name}}`, `{{$.pipeline_job_resource_name}}`) name the run's
     folder as the exit handler names it from the run's final status; a gate that refuses the
     data writes its verdict there (`write_verdict`), since its failed task publishes no artifact
     and the exit handler could otherwise report only a failed task.
+
+    With `accepted_spans_dir` (Kubeflow, whose resolvers cannot find the last accepted span),
+    the gate finds its drift baseline in the records kept there and records each span it
+    accepts (`record_accepted_span`). `examples` is an input so that ML Metadata records which
+    examples this gate accepted (what the resolver finds a baseline by) and to read its span.
     """
     from tfx.utils import io_utils
 
-    del examples  # an input so that ML Metadata records which examples this gate accepted
     limits = json.loads(thresholds)
+    if accepted_spans_dir and previous_statistics is None and limits.get("drift"):
+        previous_statistics, previous_examples = last_accepted_before(
+            accepted_spans_dir, examples_span(examples)
+        )
     schema_proto = io_utils.SchemaReader().read(
         io_utils.get_only_uri_in_dir(artifact_utils.get_single_uri([schema]))
     )
@@ -286,8 +352,7 @@ def DataGate(  # noqa: N802 - TFX names components like classes
         "notes": [],
     }
     if limits.get("drift") and previous is None:
-        why = limits.get("drift_unmeasured") or "no earlier span has passed this gate yet"
-        result["notes"].append(f"drift not checked: {why}")
+        result["notes"].append("drift not checked: no earlier span has passed this gate yet")
     if limits.get("skew") and serving is None:
         result["notes"].append(f"skew not checked: no serving data in {serving_dir}")
     problems = problems_of(result)
@@ -295,6 +360,8 @@ def DataGate(  # noqa: N802 - TFX names components like classes
     if problems:  # the run's reason code, recorded with what the gate found
         result["reason"] = DataGateError.reason.value
     write_findings(findings.uri, result)
+    if accepted_spans_dir and not problems:
+        record_accepted_span(accepted_spans_dir, statistics, examples)
     if problems:
         error = DataGateError(
             f"Data gate: the data in {input_base} ({data_description}) is not fit to train on, "

@@ -12,3 +12,7 @@ GATE_FINDINGS_FILE = "findings.json"  # what the data gate writes in that folder
 # handler finds it by the job's name (a failed task publishes no artifact).
 GATE_VERDICT_FILE = "data_gate_verdict.json"
 TRAINING_SUMMARY_FILE = "training_summary.json"  # the trainer's summary in its ModelRun folder
+# Where a data gate on Kubeflow records each span it accepted (`<span>.json`: the span's
+# statistics and examples), under the pipeline's folder of run folders: the drift baseline of
+# the next night's gate, which Kubeflow's own resolvers cannot find.
+ACCEPTED_SPANS_FOLDER = "accepted_spans"

@@ -12,7 +12,8 @@ KFP itself needs:
   and every container's command is Conveyor's entry point (`pipelines.run.kubeflow_entrypoint`)
   told each custom title's class, in front of TFX's, which imports a custom title as a class
   path and so could not read a `conveyor.Name` artifact;
-- KFP's cache off for the served-model tasks, whose answer is the serving folder's state;
+- KFP's cache off for the served-model tasks and the data gate, whose answers depend on the
+  serving folder and on the spans accepted before (kept in the workdir);
 - the job's output directory and the nightly schedule for KFP and Vertex AI;
 - PipelineSpec schema 2.1.0, the only one open-source KFP's API server accepts;
 - every task's environment from Kubernetes secrets (`runtime.container.secret_env`), as KFP's
@@ -176,13 +177,21 @@ def _fill_missing_resources(job: dict[str, Any], spec: PipelineSpec) -> list[str
 def _never_cached(job: dict[str, Any], pipeline) -> list[str]:
     """Turns KFP's cache off for the tasks whose result depends on more than their inputs:
     the served model (`components.baseline.served`) is what the serving folder holds when the
-    task runs, which a cache hit from an earlier night would not be. Returns those tasks."""
+    task runs, and the data gate measures drift from the last span accepted before it (its
+    record in the workdir); a cache hit from an earlier run would answer for another state of
+    either. Returns those tasks."""
     from components.baseline.served import ServedModel
+    from components.data_gate.component import DataGate
 
-    served = {node.id for node in pipeline.components if isinstance(node, ServedModel)}
+    stateful = {
+        node.id
+        for node in pipeline.components
+        if isinstance(node, ServedModel)
+        or (isinstance(node, DataGate) and node.exec_properties.get("accepted_spans_dir"))
+    }
     uncached = []
     for task, task_spec in job_tasks(job["pipelineSpec"]).items():
-        if task in served:
+        if task in stateful:
             task_spec["cachingOptions"] = {"enableCache": False}
             uncached.append(task)
     return uncached

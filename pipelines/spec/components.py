@@ -158,8 +158,9 @@ COMPONENT_TYPES: dict[str, ComponentType] = {
             provides=("previous_statistics", "previous_examples"),
             needs=("statistics",),
             on_target={
-                Orchestrator.KUBEFLOW: "no node: Kubeflow runs only its own resolver strategies, "
-                "so the data gate checks the schema and anomalies, not drift"
+                Orchestrator.KUBEFLOW: "no node: Kubeflow runs only its own resolver strategies; "
+                "the data gate records each span it accepts in the workdir and measures drift "
+                "from the last one recorded"
             },
         ),
         ComponentType(

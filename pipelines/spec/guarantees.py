@@ -24,7 +24,6 @@ class Guarantee(str, enum.Enum):
     """A promise of a local night that a target may not keep."""
 
     ACCEPTED_SCHEMA = "accepted_schema"  # an inferred schema is the last accepted run's
-    DRIFT_GATE = "drift_gate"  # the data gate compares tonight's span with the last one
     TRAINING_WINDOW = "training_window"  # the Trainer learns from the spec's window of spans
     SCHEDULED_SPAN = "scheduled_span"  # a night reads its own span (backfills too)
     UNCHANGED_NIGHT = "unchanged_night"  # unchanged inputs answer UNCHANGED from a record
@@ -36,12 +35,11 @@ class Guarantee(str, enum.Enum):
         return self.value
 
 
-# Which guarantee a component's `on_target` difference takes away. The served-model resolvers
-# are built differently on Kubeflow (a task reads the serving folder) but keep their promises
-# (warm start from, and the model gate against, the model served), so they are not here.
+# Which guarantee a component's `on_target` difference takes away. The served-model and drift
+# baseline resolvers are built differently on Kubeflow (a task reads the serving folder, the
+# data gate its record of accepted spans) but keep their promises, so they are not here.
 _COMPONENT_GUARANTEES = {
     "schema_gen": Guarantee.ACCEPTED_SCHEMA,
-    "drift_baseline_resolver": Guarantee.DRIFT_GATE,
     "span_window_resolver": Guarantee.TRAINING_WINDOW,
 }
 

@@ -249,9 +249,7 @@ def test_the_exit_handler_gets_the_final_status_after_every_task(compiled, name)
 
 
 @pytest.mark.parametrize("name", config.list_pipelines())
-def test_the_served_model_tasks_read_the_serving_folder_and_never_come_from_the_cache(
-    compiled, name
-):
+def test_the_served_model_and_data_gate_tasks_never_come_from_the_cache(compiled, name):
     # Their answer is what the serving folder holds when they run: a cache hit from an earlier
     # night would hand the Trainer and the model gate a model no longer served.
     job, _ = compiled[name]
@@ -267,6 +265,10 @@ def test_the_served_model_tasks_read_the_serving_folder_and_never_come_from_the_
         assert tasks[task]["cachingOptions"] == {"enableCache": False}, task
         value = tasks[task]["inputs"]["parameters"]["serving_dir"]["runtimeValue"]["constant"]
         assert value == serving_dir, task
+    # Nor a data gate that measures drift: its baseline is the last span accepted before it.
+    if spec.data.drift:
+        assert tasks["data_gate"]["cachingOptions"] == {"enableCache": False}
+        served = served | {"data_gate"}
     cached = spec.runtime.enable_cache
     for task in set(tasks) - served - {EXIT_HANDLER_ID}:
         assert tasks[task].get("cachingOptions", {}).get("enableCache", False) is cached, task

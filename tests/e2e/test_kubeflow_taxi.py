@@ -11,8 +11,8 @@ model gate blesses it.
 
 What the compiled job guarantees differs from `conveyor run` (pipelines.spec.components says
 so for each resolver): its ExampleGen has no range, so it reads the newest span in the bucket;
-the Trainer reads that span only (no window resolver); the data gate checks the schema and
-anomalies, not drift (no drift resolver).
+the Trainer reads that span only (no window resolver). The data gate measures drift from the
+last span it accepted, found in the record it keeps in the workdir (no drift resolver).
 """
 
 import datetime
@@ -26,6 +26,7 @@ import tensorflow as tf
 
 from components.baseline.served import SERVED_VERSION_PROPERTY, SERVING_MODEL_FOLDER
 from pipelines.builder import spans
+from pipelines.core.artifact_files import ACCEPTED_SPANS_FOLDER
 from pipelines.core.paths import RUN_SUMMARY, RunPaths
 from pipelines.datasets.taxi_nights import LABEL, write_night
 from pipelines.run.kubeflow import EXIT_HANDLER_ID, PIPELINE_DAG, job_tasks
@@ -134,14 +135,32 @@ def test_each_night_reads_the_newest_span_in_the_bucket(nights, index):
     assert trained_on["uri"] == run.tasks["csv_example_gen"].artifacts["examples"][0]["uri"]
 
 
-@pytest.mark.parametrize("index", [1, 2])
-def test_the_data_gate_passes_and_says_it_measured_no_drift(nights, index):
-    run = nights["runs"][index]
-    (findings,) = run.tasks["data_gate"].artifacts["findings"]
-    written = json.loads((Path(findings["uri"]) / "findings.json").read_text())
-    assert written["passed"] is True
-    assert (written["anomalies"], written["drift"], written["drift_against"]) == ([], [], None)
-    assert written["notes"] == ["drift not checked: the kubeflow build resolves no earlier span"]
+def test_night_1s_gate_has_no_earlier_span_and_night_2s_measures_drift_from_night_1(nights):
+    findings = {}
+    for index in (1, 2):
+        (artifact,) = nights["runs"][index].tasks["data_gate"].artifacts["findings"]
+        findings[index] = json.loads((Path(artifact["uri"]) / "findings.json").read_text())
+        assert findings[index]["passed"] is True, findings[index]
+        assert findings[index]["anomalies"] == []
+    assert (findings[1]["drift"], findings[1]["drift_against"]) == ([], None)
+    assert findings[1]["notes"] == ["drift not checked: no earlier span has passed this gate yet"]
+    # Night 2's gate found night 1's span in the record night 1's gate kept in the workdir.
+    first = nights["dates"][1]
+    against = f"span {spans.span_of_date(first)} ({first.isoformat()})"
+    assert findings[2]["drift_against"] == against
+    assert findings[2]["notes"] == []
+    spec = load_spec(PIPELINE, env="kubeflow").spec
+    assert {row["column"] for row in findings[2]["drift"]} == set(spec.data.drift)
+    for row in findings[2]["drift"]:
+        assert row["distance"] is not None and row["distance"] <= row["threshold"], row
+        assert row["against"] == against
+    records = nights["paths"].runs_dir / ACCEPTED_SPANS_FOLDER
+    (statistics,) = nights["runs"][1].tasks["statistics_gen"].artifacts["statistics"]
+    record = json.loads((records / f"{spans.span_of_date(first)}.json").read_text())
+    assert record["statistics"]["uri"] == statistics["uri"]
+    assert sorted(p.name for p in records.iterdir()) == [
+        f"{spans.span_of_date(nights['dates'][i])}.json" for i in (1, 2)
+    ]
 
 
 def test_night_1_has_no_baseline_and_pushes_version_1(nights):

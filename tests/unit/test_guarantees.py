@@ -28,7 +28,6 @@ def test_taxi_on_kubeflow_loses_its_resolvers_its_span_and_what_follows_a_run():
     codes = _codes("taxi", Orchestrator.KUBEFLOW)
     assert len(codes) == len(set(codes))  # one line per guarantee
     assert set(codes) == {
-        G.DRIFT_GATE,
         G.TRAINING_WINDOW,
         G.SCHEDULED_SPAN,
         *KUBEFLOW_RUN_GAPS,
@@ -55,7 +54,7 @@ def test_validate_prints_one_line_per_gap_and_nothing_for_a_local_profile(capsys
     assert cli.main(["validate", "taxi", "--profile", "kubeflow"]) == 0
     lines = [line.strip() for line in capsys.readouterr().out.splitlines()]
     differs = [line for line in lines if line.startswith("differs on kubeflow: ")]
-    assert "differs on kubeflow: drift_gate: drift_baseline_resolver: no node: " in "\n".join(
+    assert "differs on kubeflow: training_window: span_window_resolver: no node: " in "\n".join(
         differs
     )
     assert len(differs) == len(_codes("taxi", Orchestrator.KUBEFLOW))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 from pipelines.builder.context import BuildContext
+from pipelines.core.artifact_files import ACCEPTED_SPANS_FOLDER
 from pipelines.spec.components import Orchestrator
 
 
@@ -12,28 +13,29 @@ def build(ctx: BuildContext, node_id: str) -> None:
     """Adds the DataGate over the anomalies, statistics and examples, and registers it as a gate
     that the Trainer waits on, so a failed check stops the run before any training.
 
-    The drift baseline (`previous_statistics`) is wired only where `data.drift` is set and an
-    earlier resolver provides it; Kubeflow builds none, so there the gate checks without drift.
+    The drift baseline (`previous_statistics`) is wired where `data.drift` is set and an
+    earlier resolver provides it; on Kubeflow, which builds no such resolver, the gate finds it
+    in the record of accepted spans it keeps in the workdir.
     """
     from components.data_gate.component import DataGate
 
     data = ctx.spec.data
     serving_dir = ctx.paths.serving_data_dir
-    # Drift is measured from the last accepted span; a target that resolves no such span
-    # (Kubeflow) builds the gate without it, and the gate checks what it has and says why it
-    # measured no drift (not "no earlier span has passed", which a first night says).
+    # Drift is measured from the last accepted span: the resolver's, or on Kubeflow the gate's
+    # own record of the spans it accepted, in the workdir every task reaches
+    # (components/data_gate/component.py).
     drift_from = data.drift and ctx.has("previous_statistics")
+    kubeflow = ctx.target is Orchestrator.KUBEFLOW
+    records = str(ctx.paths.runs_dir / ACCEPTED_SPANS_FOLDER)
     limits = {
         "drift": data.drift,
         "skew": data.skew,
         "serving_data_dir": str(serving_dir) if serving_dir else None,
     }
-    if data.drift and not drift_from:
-        limits["drift_unmeasured"] = f"the {ctx.target.value} build resolves no earlier span"
     # On Kubeflow the gate's refusal is written where the exit handler finds it by the job's
     # name (KFP fills the placeholders), so that the run ends BLOCKED with its findings.
-    kubeflow = ctx.target is Orchestrator.KUBEFLOW
     node = DataGate(
+        accepted_spans_dir=records if kubeflow and data.drift else None,
         runs_dir=str(ctx.paths.runs_dir) if kubeflow else None,
         job_name="{{$.pipeline_job_name}}" if kubeflow else None,
         job_resource_name="{{$.pipeline_job_resource_name}}" if kubeflow else None,
