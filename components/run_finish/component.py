@@ -31,6 +31,9 @@ and labels as every run's (pushed as the group `{job, pipeline}`):
   workdir, which every task sees).
 - `conveyor_evaluation_lower_bound`: the spec's floors.
 
+After a run that pushed, the contract retires the versions beyond `push.keep_versions` (never
+a labelled one), counting every complete version folder as pushed (`serving_state.retain`).
+
 What it cannot do, and why: KFP records the run in its own ML Metadata, which a task cannot
 read, so the report and the alert carry the run, its state and KFP's error (which names the
 failed task) but no node details and no evaluation, and a model held back shows as not pushed

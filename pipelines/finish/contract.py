@@ -142,13 +142,15 @@ def finish_run(facts: RunFacts, echo: Echo = print) -> RunResult:
     result.message = redact(result.message, facts.spec)
     _write_folder(facts, result, echo)
     failpoint("run:before_finish")
-    if result.ok and facts.in_store:
-        # After the push is in ML Metadata, never before (see pipelines.serving_state); a
-        # failed run changes nothing in serving.
+    pushed_outside_the_store = not facts.in_store and Outcome(result.outcome) is Outcome.PUSHED
+    if result.ok and (facts.in_store or pushed_outside_the_store):
+        # After the push is in ML Metadata, never before (see pipelines.serving_state); a run
+        # whose store Conveyor cannot read (Kubeflow's) retires after the push its orchestrator
+        # saw succeed. A failed run changes nothing in serving.
         from pipelines import serving_state
 
         try:
-            serving_state.retain(facts.paths, echo)
+            serving_state.retain(facts.paths, echo, recorded=facts.in_store)
         except OSError as err:  # the new version is served either way: the outcome stands
             echo(f"warning: old versions not retired: {err}")
     try:

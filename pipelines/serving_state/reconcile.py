@@ -175,19 +175,25 @@ def labelled_versions(paths: RunPaths) -> set[int]:
     return set(entry.labels.values()) if entry else set()
 
 
-def retain(paths: RunPaths, echo: Callable[[str], None] = print) -> list[int]:
+def retain(
+    paths: RunPaths, echo: Callable[[str], None] = print, recorded: bool = True
+) -> list[int]:
     """Retires versions beyond `push.keep_versions`, after a push ML Metadata recorded.
 
     Returns the versions removed. Only versions ML Metadata recorded are retired, never one
     a label points to; a failure here never changes the run's outcome (the new version is
-    served either way).
+    served either way). `recorded=False` is for a run whose store Conveyor cannot read
+    (Kubeflow's exit handler, after its Pusher's task succeeded): there every complete version
+    counts as pushed, as a model server counts it (in a bucket its push record is the last
+    object a push writes; on a disk it appeared by one rename); labels still protect theirs.
     """
     keep = paths.spec.push.keep_versions or 0
     if keep <= 0:
         return []
     base = str(paths.serving_dir)
-    _, known = recorded_pushes(paths)
-    unknown = set(versions.served_versions(base)) - known
+    complete = set(versions.served_versions(base))
+    known = recorded_pushes(paths)[1] if recorded else complete
+    unknown = complete - known
     protected = unknown | labelled_versions(paths)
     retired = versions.retire_old_versions(base, keep, protected=protected)
     if retired:

@@ -27,7 +27,6 @@ class Guarantee(str, enum.Enum):
     TRAINING_WINDOW = "training_window"  # the Trainer learns from the spec's window of spans
     SCHEDULED_SPAN = "scheduled_span"  # a night reads its own span (backfills too)
     UNCHANGED_NIGHT = "unchanged_night"  # unchanged inputs answer UNCHANGED from a record
-    RETENTION = "retention"  # old versions and run folders retired after each run
     ONE_RUN_AT_A_TIME = "one_run_at_a_time"  # the workdir's lock, and reconcile before a run
     OPERATIONS_SEE_RUNS = "operations_see_runs"  # bless/rollback/lineage read the run's record
 
@@ -50,10 +49,6 @@ _RUN_GAPS: dict[Orchestrator, tuple[tuple[Guarantee, str], ...]] = {
             Guarantee.UNCHANGED_NIGHT,
             "no outcome record: a night whose inputs did not change runs again in full "
             "(no UNCHANGED)",
-        ),
-        (
-            Guarantee.RETENTION,
-            "no retention: old versions and run folders stay until removed by hand",
         ),
         (
             Guarantee.ONE_RUN_AT_A_TIME,

@@ -9,7 +9,6 @@ from pipelines.spec.loading import load_spec
 G = Guarantee
 KUBEFLOW_RUN_GAPS = {
     G.UNCHANGED_NIGHT,
-    G.RETENTION,
     G.ONE_RUN_AT_A_TIME,
     G.OPERATIONS_SEE_RUNS,
 }

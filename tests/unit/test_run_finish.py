@@ -705,3 +705,36 @@ def test_the_exit_handler_names_the_version_a_kubeflow_run_pushed(resolved_spec,
     assert (result.outcome, result.reason) == ("pushed", "pushed")
     assert result.pushed_version == "5"
     assert result.message == f"pushed version 5 to {facts.paths.serving_dir / '5'}"
+
+
+def test_the_exit_handler_of_a_kubeflow_run_that_pushed_retires_old_versions(
+    resolved_spec, tmp_path
+):
+    # As `conveyor run` does after a push: versions beyond push.keep_versions go, oldest
+    # first, and a version a label points to stays whatever its age.
+    from components.run_finish.component import finish_final_status
+    from pipelines.serving_state.config_files import ServedModel, write_serving_configs
+    from pipelines.serving_state.versions import served_versions
+
+    spec = json.loads(resolved_spec)
+    spec["push"] = {**spec.get("push", {}), "keep_versions": 2}
+    resolved = json.dumps(spec)
+    paths = RunPaths(workdir=tmp_path, spec=load_spec("penguin", env="kubeflow").spec)
+    for version, night in ((1, 24), (2, 25), (3, 26), (4, 27)):
+        _publish(paths, version, f"2026-11-{night}T02:40:00Z")
+    labelled = ServedModel(paths.spec.push.model_name, str(paths.serving_dir), labels={"old": 1})
+    write_serving_configs(paths.serving_config_dir, [labelled], paths.spec.push)
+    failed = json.dumps(FAILED_STATUS)
+    succeeded = json.dumps({"state": "SUCCEEDED", "pipelineJobResourceName": "jobs/penguin-6"})
+
+    # A failed run, and a succeeded one that pushed nothing, change nothing in serving.
+    finish_final_status(failed, resolved, str(tmp_path), CREATED, echo=lambda _: None)
+    finish_final_status(succeeded, resolved, str(tmp_path), CREATED, echo=lambda _: None)
+    assert served_versions(str(paths.serving_dir)) == [1, 2, 3, 4]
+
+    _publish(paths, 5, "2026-11-28T02:31:07Z")  # pushed by this job, after its creation
+    said = []
+    line = finish_final_status(succeeded, resolved, str(tmp_path), CREATED, echo=said.append)
+    assert line == "penguin: the run succeeded; no alert"
+    assert served_versions(str(paths.serving_dir)) == [1, 4, 5]
+    assert "serving: retired versions [2, 3] (push.keep_versions: 2)" in said
