@@ -1,13 +1,17 @@
-"""The compiled taxi job, executed for two nights: `conveyor compile taxi --profile kubeflow`
-(with the `ci` profile's sizes and thresholds), run task by task by tests/kfp_executor.py as
-Vertex AI would run it, against one bucket folder and one artifact record.
+"""The compiled taxi job, executed for the simulated week: `conveyor compile taxi --profile
+kubeflow` (with the `ci` profile's sizes and thresholds), run task by task by
+tests/kfp_executor.py as Vertex AI would run it, against one bucket folder and one artifact
+record.
 
 Each night's span lands in the bucket before its run, as a nightly export would put it there:
-2,000 rows a night (pipelines/datasets/taxi_nights.py, the normal nights of the simulated week).
-The first night pushes version 1. The second night reads the new span, trains from the served
-model and is compared with it (the warm-start and baseline resolvers, which on Kubeflow are
-Conveyor's ServedModel tasks reading the serving folder) and is pushed as version 2 when the
-model gate blesses it.
+2,000 rows a night, the six nights of pipelines/datasets/taxi_nights.py's week (normal, normal,
+fares in cents, shuffled labels, payment_type missing, normal). The first night pushes version
+1. The second night reads the new span, trains from the served model and is compared with it
+(the warm-start and baseline resolvers, which on Kubeflow are Conveyor's ServedModel tasks
+reading the serving folder) and is pushed as version 2 when the model gate blesses it. The
+rest of the week ends as the local week does (tests/e2e/test_nightly_week.py): the drifted
+night blocked at the data gate, the shuffled labels not blessed, the missing column blocked,
+the last night pushed.
 
 What the compiled job guarantees differs from `conveyor run` (pipelines.spec.components says
 so for each resolver): its ExampleGen has no range, so it reads the newest span in the bucket;
@@ -28,15 +32,16 @@ from components.baseline.served import SERVED_VERSION_PROPERTY, SERVING_MODEL_FO
 from pipelines.builder import spans
 from pipelines.core.artifact_files import ACCEPTED_SPANS_FOLDER
 from pipelines.core.paths import RUN_SUMMARY, RunPaths
-from pipelines.datasets.taxi_nights import LABEL, write_night
+from pipelines.datasets.taxi_nights import DROPPED_COLUMN, LABEL, WEEK, write_night
 from pipelines.run.kubeflow import EXIT_HANDLER_ID, PIPELINE_DAG, job_tasks
 from pipelines.serving_state.versions import served_versions
 from pipelines.spec.loading import load_spec
-from tests.kfp_executor import SUCCEEDED, compile_job, type_title
+from tests.kfp_executor import NOT_TRIGGERED, SUCCEEDED, compile_job, type_title
 
 PIPELINE = "taxi"
 FIRST_NIGHT = datetime.date(2026, 11, 23)
 ROWS = 2000  # as tests/e2e/test_nightly_week.py's nights
+NIGHTS = range(1, len(WEEK) + 1)
 SERVED_MODEL_TASKS = ("warm_start_resolver", "baseline_resolver")
 
 
@@ -60,22 +65,25 @@ def _ci_sizes() -> list[str]:
 
 
 def _write_night(paths: RunPaths, index: int) -> datetime.date:
-    """Night `index` (1-based) of the simulated week: its span's file in the bucket."""
+    """Night `index` (1-based) of the simulated week, as tests/e2e/test_nightly_week.py writes
+    it (`write_week`): its span's file in the bucket."""
     night = FIRST_NIGHT + datetime.timedelta(days=index - 1)
-    write_night(paths.input_dir / night.isoformat() / "taxi.csv", ROWS, seed=index)
+    change = WEEK[index - 1]
+    write_night(paths.input_dir / night.isoformat() / "taxi.csv", ROWS, seed=index, change=change)
     return night
 
 
 @pytest.fixture(scope="module")
 def nights(tmp_path_factory):
-    """The job compiled once, then run for night 1 and night 2, each after its span landed."""
+    """The job compiled once, then run for each night of the simulated week, each after its
+    span landed."""
     tmp = tmp_path_factory.mktemp("kubeflow-taxi")
     compiled = compile_job(PIPELINE, _ci_sizes(), tmp)
     seconds = {"compile": compiled.compile_seconds}
     job, executor = compiled.job, compiled.executor
     paths = RunPaths(workdir=compiled.workdir, spec=compiled.spec)
     runs, dates = {}, {}
-    for index in (1, 2):
+    for index in NIGHTS:
         dates[index] = _write_night(paths, index)
         started = time.monotonic()
         runs[index] = executor.run(f"taxi-night-{index}")
@@ -158,8 +166,9 @@ def test_night_1s_gate_has_no_earlier_span_and_night_2s_measures_drift_from_nigh
     (statistics,) = nights["runs"][1].tasks["statistics_gen"].artifacts["statistics"]
     record = json.loads((records / f"{spans.span_of_date(first)}.json").read_text())
     assert record["statistics"]["uri"] == statistics["uri"]
+    # Every night the gate accepted, and only those (nights 3 and 5 are blocked below).
     assert sorted(p.name for p in records.iterdir()) == [
-        f"{spans.span_of_date(nights['dates'][i])}.json" for i in (1, 2)
+        f"{spans.span_of_date(nights['dates'][i])}.json" for i in (1, 2, 4, 6)
     ]
 
 
@@ -234,7 +243,6 @@ def test_night_2_pushes_version_2_when_blessed_and_holds_it_back_otherwise(night
     else:
         assert pushed["metadata"]["pushed"] == 0
         assert summary["outcome"] == "not_pushed", summary
-    assert served_versions(str(nights["paths"].serving_dir)) == ([1, 2] if blessed else [1])
 
 
 def test_the_newest_served_version_answers_taxi_rows(nights):
@@ -253,3 +261,68 @@ def test_the_newest_served_version_answers_taxi_rows(nights):
     probabilities = serve(**inputs)["probabilities"].numpy()
     assert probabilities.shape == (8, 1)
     assert ((probabilities >= 0) & (probabilities <= 1)).all()
+
+
+# --- the rest of the week: the verdicts of the local week (tests/e2e/test_nightly_week.py) ----
+
+
+def _outcomes(nights) -> list[str]:
+    return [_summary(nights, index)["outcome"] for index in NIGHTS]
+
+
+def test_the_week_ends_night_by_night_as_the_local_week_does(nights):
+    # Push, push (when not worse), drift block, not blessed, missing column block, push.
+    outcomes = _outcomes(nights)
+    assert outcomes[1] in ("pushed", "not_pushed")
+    assert outcomes[:1] + outcomes[2:] == ["pushed", "blocked", "not_pushed", "blocked", "pushed"]
+    pushed = [_summary(nights, i)["pushed_version"] for i in NIGHTS if outcomes[i - 1] == "pushed"]
+    assert pushed == [str(v) for v in range(1, len(pushed) + 1)]
+    assert served_versions(str(nights["paths"].serving_dir)) == list(range(1, len(pushed) + 1))
+
+
+def _blocked_before_training(nights, index: int) -> dict:
+    """The summary of a night the data gate refused, after checking nothing ran after it."""
+    run = nights["runs"][index]
+    assert run.failed() == ["data_gate"], {n: run.tasks[n].error for n in run.failed()}
+    for task in ("trainer", "evaluator", "pusher"):
+        assert run.tasks[task].state == NOT_TRIGGERED, task
+    assert run.tasks[EXIT_HANDLER_ID].state == SUCCEEDED
+    summary = _summary(nights, index)
+    assert (summary["outcome"], summary["reason"]) == ("blocked", "data_gate_blocked"), summary
+    return summary
+
+
+def test_night_3_drifted_fares_are_blocked_against_night_2s_span(nights):
+    summary = _blocked_before_training(nights, 3)
+    second = nights["dates"][2]
+    against = f"span {spans.span_of_date(second)} ({second.isoformat()})"
+    assert "fare: drift Jensen-Shannon" in summary["message"]
+    assert f"above its threshold 0.25 (against {against})" in summary["message"]
+    (fare,) = [row for row in summary["data_gate"]["drift"] if row["column"] == "fare"]
+    assert fare["breached"] and fare["distance"] > fare["threshold"] == 0.25
+
+
+def test_night_4_shuffled_labels_train_but_are_not_blessed_or_pushed(nights):
+    fourth = nights["runs"][4]
+    assert fourth.failed() == []
+    assert not _blessed(fourth)
+    (pushed,) = fourth.tasks["pusher"].artifacts["pushed_model"]
+    assert pushed["metadata"]["pushed"] == 0
+    assert _summary(nights, 4)["outcome"] == "not_pushed"
+
+
+def test_night_5_missing_column_is_blocked_naming_it(nights):
+    summary = _blocked_before_training(nights, 5)
+    assert f"{DROPPED_COLUMN} (train split): Column dropped" in summary["message"]
+
+
+def test_night_6_is_compared_with_the_model_served_and_measured_against_night_4(nights):
+    sixth = nights["runs"][6]
+    served = served_versions(str(nights["paths"].serving_dir))[:-1][-1]  # before night 6's push
+    (baseline,) = sixth.tasks["baseline_resolver"].artifacts["model"]
+    assert baseline["metadata"][SERVED_VERSION_PROPERTY] == served
+    # Nights 3 and 5 were refused: the last span the gate accepted is night 4's.
+    (artifact,) = sixth.tasks["data_gate"].artifacts["findings"]
+    findings = json.loads((Path(artifact["uri"]) / "findings.json").read_text())
+    fourth = nights["dates"][4]
+    assert findings["drift_against"] == f"span {spans.span_of_date(fourth)} ({fourth.isoformat()})"
