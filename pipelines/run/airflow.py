@@ -132,6 +132,12 @@ def airflow_dag(
 
     spec = PipelineSpec.model_validate(resolved_spec)
     paths = RunPaths(workdir=as_path(workdir).resolve(), spec=spec)
+    if paths.uses_object_storage:
+        # Airflow runs each task in a process that imports the DAG file, which calls this:
+        # every task's Beam pipeline then shares its s3:// clients, as a local run's does.
+        from pipelines.core import storage
+
+        storage.share_beam_s3_clients()
     pipeline = build_pipeline(
         spec,
         paths.workdir,

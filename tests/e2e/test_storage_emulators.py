@@ -174,6 +174,38 @@ def test_beams_s3_filesystem_shares_one_client_and_still_reaches_the_store(stora
     assert storage.listdir(base) == ["renamed.txt"]
 
 
+_AIRFLOW_TASK = """
+import sys
+from apache_beam.io.aws import s3io
+from apache_beam.options.pipeline_options import PipelineOptions
+from pipelines.run.airflow import airflow_dag
+from pipelines.spec.loading import load_spec
+
+def shared():
+    options = PipelineOptions([])
+    return s3io.S3IO(options=options).client.client is s3io.S3IO(options=options).client.client
+
+before = shared()
+dag = airflow_dag(load_spec("penguin", env="airflow").spec.to_yaml_dict(), sys.argv[1])
+print(before, shared(), len(dag.tasks) > 5)
+"""
+
+
+def test_an_airflow_task_on_a_bucket_shares_beams_s3_clients(storage_emulators):
+    # Airflow runs each task in a process that imports the DAG file: building the DAG there
+    # gives that task's Beam pipeline the shared clients a local run has.
+    workdir = f"{storage_emulators.root('s3')}/airflow-{uuid.uuid4().hex[:8]}"
+    done = subprocess.run(
+        [sys.executable, "-c", _AIRFLOW_TASK, workdir],
+        env=storage_emulators.environment(_clean_environment()),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip().splitlines()[-1] == "False True True"
+
+
 # A process with only `storage.configure(settings)` before it touches a store, and tensorflow-io's
 # S3 plugin registered as a worker would (importing TensorFlow does not load it): TensorFlow
 # (in this order: configure, then the import) and Beam's FileSystems, timed.
