@@ -25,6 +25,7 @@ from tfx.dsl.component.experimental.decorators import component
 from tfx.dsl.io import fileio
 from tfx.types import artifact, artifact_utils, standard_artifacts
 
+from components.spans.accepted import examples_span, last_accepted_before, record_accepted_span
 from pipelines.core.artifact_files import GATE_FINDINGS_FILE, GATE_VERDICT_FILE
 from pipelines.core.outcome import Reason
 
@@ -229,64 +230,6 @@ def write_findings(uri: str, findings: dict[str, Any]) -> None:
         handle.write(json.dumps(findings, indent=2))
 
 
-def examples_span(examples) -> int | None:
-    """The span on ExampleGen's Examples (its custom property, which FileBasedExampleGen's
-    driver sets, or the declared property), or None for data without spans."""
-    if examples is None:
-        return None
-    if examples.has_custom_property("span"):
-        return examples.get_int_custom_property("span")
-    return examples.span if examples.has_property("span") and examples.span else None
-
-
-def record_accepted_span(accepted_dir: str, statistics, examples) -> str | None:
-    """Records that the gate accepted this span: `<accepted_dir>/<span>.json` naming its
-    statistics and examples (their URIs and splits), what `last_accepted_before` gives the next
-    night's gate. Returns the record, or None for data without spans (no later span drifts
-    from it)."""
-    span = examples_span(examples)
-    if span is None:
-        return None
-    fileio.makedirs(accepted_dir)
-    record = {
-        "span": span,
-        "statistics": {"uri": statistics.uri, "split_names": statistics.split_names},
-        "examples": {"uri": examples.uri, "split_names": examples.split_names},
-    }
-    target = os.path.join(accepted_dir, f"{span}.json")
-    with fileio.open(target, "w") as handle:
-        handle.write(json.dumps(record, indent=2))
-    return target
-
-
-def last_accepted_before(accepted_dir: str, span: int | None):
-    """(statistics, examples) artifacts of the newest span before `span` that a gate accepted,
-    from the records `record_accepted_span` wrote; (None, None) when there is none."""
-    if span is None or not fileio.exists(accepted_dir):
-        return None, None
-    spans = sorted(
-        int(name[: -len(".json")])
-        for name in fileio.listdir(accepted_dir)
-        if name.endswith(".json") and name[: -len(".json")].isdigit()
-    )
-    earlier = [s for s in spans if s < span]
-    if not earlier:
-        return None, None
-    with fileio.open(os.path.join(accepted_dir, f"{earlier[-1]}.json")) as handle:
-        record = json.loads(handle.read())
-    found = []
-    for kind, artifact_class in (
-        ("statistics", standard_artifacts.ExampleStatistics),
-        ("examples", standard_artifacts.Examples),
-    ):
-        restored = artifact_class()
-        restored.uri = record[kind]["uri"]
-        restored.split_names = record[kind]["split_names"]
-        found.append(restored)
-    found[1].set_int_custom_property("span", record["span"])
-    return found[0], found[1]
-
-
 @component
 def DataGate(  # noqa: N802 - TFX names components like classes
     anomalies: InputArtifact[standard_artifacts.ExampleAnomalies],
@@ -317,8 +260,8 @@ def DataGate(  # noqa: N802 - TFX names components like classes
     and the exit handler could otherwise report only a failed task.
 
     With `accepted_spans_dir` (Kubeflow, whose resolvers cannot find the last accepted span),
-    the gate finds its drift baseline in the records kept there and records each span it
-    accepts (`record_accepted_span`). `examples` is an input so that ML Metadata records which
+    the gate finds its drift baseline in the record kept there and records each span it
+    accepts (components/spans/accepted.py). `examples` is an input so that ML Metadata records which
     examples this gate accepted (what the resolver finds a baseline by) and to read its span.
     """
     from tfx.utils import io_utils

@@ -30,15 +30,18 @@ can read it from ML Metadata.
 
 from __future__ import annotations
 
+import json
 import time
 
 from absl import logging
+from tfx.components.evaluator import constants
 from tfx.components.pusher import executor as tfx_pusher_executor
 from tfx.types import artifact_utils, standard_component_specs
 from tfx.utils import json_utils
 
 from components.baseline.strategy import PUSHED_MODEL_ID_PROPERTY
 from components.infra_validator.blessing import infra_refusal
+from components.spans.accepted import ACCEPTED_SPANS_KEY, TRAINED_SPANS_PROPERTY, record_blessing
 from components.tflite.artifact import TFLITE_FILE, tflite_verdict
 from pipelines import serving_state
 from pipelines.core.outcome import REASON_CODE_PROPERTY, REASON_PROPERTY, Reason
@@ -68,6 +71,8 @@ class Executor(tfx_pusher_executor.Executor):
         model = artifact_utils.get_single_instance(input_dict[standard_component_specs.MODEL_KEY])
         model_push.set_int_custom_property(PUSHED_MODEL_ID_PROPERTY, model.id)
         config = json_utils.loads(exec_properties.get("custom_config") or "null") or {}
+        if config.get(ACCEPTED_SPANS_KEY):  # Kubeflow: the training window's record
+            record_night_blessing(config[ACCEPTED_SPANS_KEY], input_dict)
 
         def not_pushed(code: Reason, reason: str) -> None:
             logging.info("Not pushed (%s): %s", code.value, reason)
@@ -144,3 +149,16 @@ class Executor(tfx_pusher_executor.Executor):
         model_push.set_string_custom_property(REASON_CODE_PROPERTY, Reason.PUSHED.value)
         model_push.set_string_custom_property(REASON_PROPERTY, reason)
         logging.info("Model pushed to %s.", target)
+
+
+def record_night_blessing(accepted_dir: str, input_dict) -> None:
+    """Records whether the Evaluator blessed the model of this night (the newest span it
+    learned from) in the record of accepted spans, which the next nights' training window reads
+    on Kubeflow (components/spans/accepted.py); locally ML Metadata answers that."""
+    model = artifact_utils.get_single_instance(input_dict[standard_component_specs.MODEL_KEY])
+    blessing = artifact_utils.get_single_instance(
+        input_dict[standard_component_specs.MODEL_BLESSING_KEY]
+    )
+    spans = json.loads(model.get_string_custom_property(TRAINED_SPANS_PROPERTY) or "[]")
+    blessed = blessing.get_int_custom_property(constants.ARTIFACT_PROPERTY_BLESSED_KEY) == 1
+    record_blessing(accepted_dir, spans[-1] if spans else None, blessed)

@@ -31,6 +31,7 @@ from tfx.types.component_spec import ChannelParameter, ExecutionParameter
 from tfx.utils import json_utils
 
 from components.baseline.served import without_empty_models
+from components.spans.accepted import TRAINED_SPANS_PROPERTY, blessed_window, examples_span
 from components.trainer.cluster import CLUSTER_KEY
 from pipelines.core.artifact_files import TRAINING_SUMMARY_FILE
 
@@ -38,6 +39,9 @@ STATISTICS_KEY = "statistics"
 STATISTICS_PATH_KEY = "statistics_path"
 STATISTICS_PATHS_KEY = "statistics_paths"
 CHECKPOINT_DIR_KEY = "checkpoint_dir"
+# In custom_config on Kubeflow, which resolves no training window: {"dir": the record of
+# accepted spans, "num_spans": data.window_spans} (components/spans/accepted.py).
+WINDOW_KEY = "accepted_spans_window"
 # Execution properties TFX's executor ignores: they key the cache and name the user code.
 CODE_VERSION_KEY = "code_version"
 USER_CODE_KEY = "user_code"
@@ -87,6 +91,37 @@ def checkpoint_dir(input_dict, output_dict, custom_config: dict[str, Any]) -> st
     return os.path.join(node_root, "checkpoints", key)
 
 
+def with_window(input_dict, exec_properties) -> tuple[dict, dict]:
+    """On Kubeflow (WINDOW_KEY in custom_config): `input_dict` with the blessed spans of the
+    window before tonight's added to its examples, as the window resolver gives them locally,
+    and the key taken out of custom_config (run_fn is not told of it). Elsewhere both as they
+    are."""
+    config_json = exec_properties.get(standard_component_specs.CUSTOM_CONFIG_KEY)
+    config = json_utils.loads(config_json or "null")
+    if not isinstance(config, dict) or WINDOW_KEY not in config:
+        return input_dict, exec_properties
+    window = config.pop(WINDOW_KEY)
+    tonight = input_dict[standard_component_specs.EXAMPLES_KEY]
+    span = max((examples_span(a) for a in tonight), default=None, key=lambda s: s or 0)
+    earlier = blessed_window(window["dir"], span, int(window["num_spans"]))
+    input_dict = {**input_dict, standard_component_specs.EXAMPLES_KEY: earlier + list(tonight)}
+    exec_properties = {
+        **exec_properties,
+        standard_component_specs.CUSTOM_CONFIG_KEY: json_utils.dumps(config),
+    }
+    return input_dict, exec_properties
+
+
+def record_trained_spans(input_dict, output_dict) -> None:
+    """Names the spans the Model learned from on it (TRAINED_SPANS_PROPERTY): what the Pusher
+    records the blessing of on Kubeflow, and what a reader of the artifact sees."""
+    spans = sorted(
+        {s for s in map(examples_span, input_dict[standard_component_specs.EXAMPLES_KEY]) if s}
+    )
+    model = artifact_utils.get_single_instance(output_dict[standard_component_specs.MODEL_KEY])
+    model.set_string_custom_property(TRAINED_SPANS_PROPERTY, json.dumps(spans))
+
+
 def record_summary(output_dict, model_run_uri: str | None = None) -> None:
     """Copies the training summary onto the Model artifact, so ML Metadata answers for it.
 
@@ -132,9 +167,12 @@ class Executor(tfx_trainer_executor.GenericExecutor):
         With a cluster launcher in `custom_config` (components/trainer/cluster.py), this task
         launches the replicas, each running this executor without it, and waits for them.
         A base model that holds no model (Kubeflow's served model before anything is served)
-        is no base model: the model trains from scratch.
+        is no base model: the model trains from scratch. On Kubeflow the window's earlier
+        spans come from the record of accepted spans (`with_window`).
         """
         input_dict = without_empty_models(input_dict, standard_component_specs.BASE_MODEL_KEY)
+        input_dict, exec_properties = with_window(input_dict, exec_properties)
+        record_trained_spans(input_dict, output_dict)
         config_json = exec_properties.get(standard_component_specs.CUSTOM_CONFIG_KEY)
         if CLUSTER_KEY in (json_utils.loads(config_json or "null") or {}):
             from components.trainer.cluster import train_on_cluster

@@ -180,7 +180,9 @@ COMPONENT_TYPES: dict[str, ComponentType] = {
             provides=("training_examples",),
             needs=("examples",),
             on_target={
-                Orchestrator.KUBEFLOW: "no node: the Trainer reads tonight's span only",
+                Orchestrator.KUBEFLOW: "no node: Conveyor's Trainer adds the window's earlier "
+                "blessed spans from the record of accepted spans the data gate keeps in the "
+                "workdir; a team's run_fn reads tonight's span only",
             },
         ),
         ComponentType(

@@ -36,7 +36,8 @@ class Guarantee(str, enum.Enum):
 
 # Which guarantee a component's `on_target` difference takes away. The served-model and drift
 # baseline resolvers are built differently on Kubeflow (a task reads the serving folder, the
-# data gate its record of accepted spans) but keep their promises, so they are not here.
+# data gate its record of accepted spans) but keep their promises, so they are not here; the
+# window is kept by Conveyor's Trainer, not by a team's run_fn (`gaps`).
 _COMPONENT_GUARANTEES = {
     "schema_gen": Guarantee.ACCEPTED_SCHEMA,
     "span_window_resolver": Guarantee.TRAINING_WINDOW,
@@ -76,6 +77,20 @@ _RUN_GAPS: dict[Orchestrator, tuple[tuple[Guarantee, str], ...]] = {
 }
 
 
+def _trains_with_own_run_fn(spec: Any) -> bool:
+    """Whether TFX's Trainer runs the team's `run_fn` (`trainer.module`), which gets tonight's
+    examples only on Kubeflow; Conveyor's Trainer adds the window's earlier spans itself.
+    Reads the module's source, never runs it."""
+    from pipelines.spec.user_code import Contract, UserCodeError, trainer_contract
+
+    if spec.trainer.module is None:
+        return False
+    try:
+        return trainer_contract(spec.trainer.module) is Contract.TFX_RUN_FN
+    except UserCodeError:  # validate says what is wrong with the module
+        return True
+
+
 @dataclass(frozen=True)
 class Gap:
     """A guarantee the target does not keep, and how it falls short, in one line."""
@@ -104,6 +119,10 @@ def gaps(spec: Any, target: Orchestrator) -> list[Gap]:
             continue
         if guarantee is Guarantee.ACCEPTED_SCHEMA and spec.schema_.source.value != "infer":
             continue  # a curated schema is the same file on every target
+        if guarantee is Guarantee.TRAINING_WINDOW:
+            if spec.data.window_spans <= 1 or not _trains_with_own_run_fn(spec):
+                continue  # Conveyor's Trainer reads the window from the record of spans
+            how = "no node: the team's run_fn reads tonight's span only"
         found.append(Gap(guarantee, component.id, how))
     if target is Orchestrator.KUBEFLOW and spec.data.dated_spans:
         found.append(

@@ -15,8 +15,9 @@ the last night pushed.
 
 What the compiled job guarantees differs from `conveyor run` (pipelines.spec.components says
 so for each resolver): its ExampleGen has no range, so it reads the newest span in the bucket;
-the Trainer reads that span only (no window resolver). The data gate measures drift from the
-last span it accepted, found in the record it keeps in the workdir (no drift resolver).
+no resolver finds earlier spans: the data gate keeps a record of the spans it accepts in the
+workdir and measures drift from the last one, and the Trainer adds the window's earlier spans
+whose night was blessed (components/spans/accepted.py).
 """
 
 import datetime
@@ -29,6 +30,7 @@ import pytest
 import tensorflow as tf
 
 from components.baseline.served import SERVED_VERSION_PROPERTY, SERVING_MODEL_FOLDER
+from components.spans.accepted import BLESSED_KEY, TRAINED_SPANS_PROPERTY
 from pipelines.builder import spans
 from pipelines.core.artifact_files import ACCEPTED_SPANS_FOLDER
 from pipelines.core.paths import RUN_SUMMARY, RunPaths
@@ -46,15 +48,12 @@ SERVED_MODEL_TASKS = ("warm_start_resolver", "baseline_resolver")
 
 
 def _ci_sizes() -> list[str]:
-    """`--set` values giving the Kubeflow job the `ci` profile's sizes, Beam options and the
-    value floors the project's configs/ci.yaml sets for taxi at these sizes; the spec's change
-    threshold stays, so that the second night is judged against the first night's model."""
+    """`--set` values giving the Kubeflow job the `ci` profile's sizes, Beam options and model
+    gate (configs/ci.yaml: value floors for taxi at these sizes, no change threshold), which
+    the local week (tests/e2e/test_nightly_week.py) runs with: the same gates judge both weeks.
+    The candidate is still evaluated beside the served model (its baseline metrics)."""
     ci = load_spec(PIPELINE, env="ci").spec
-    floors = {m.name: m.lower_bound for m in ci.evaluation.metrics}
-    metrics = [
-        {**m.model_dump(mode="json", exclude_defaults=True), "lower_bound": floors[m.name]}
-        for m in load_spec(PIPELINE, env="kubeflow").spec.evaluation.metrics
-    ]
+    metrics = [m.model_dump(mode="json", exclude_defaults=True) for m in ci.evaluation.metrics]
     return [
         f"trainer.train_steps={ci.trainer.train_steps}",
         f"trainer.eval_steps={ci.trainer.eval_steps}",
@@ -136,7 +135,8 @@ def test_each_night_reads_the_newest_span_in_the_bucket(nights, index):
     assert split["pattern"] == f"{night.isoformat()}/*.csv"
     # ...and the Examples carry it.
     assert _examples_span(run) == spans.span_of_date(night)
-    # The Trainer learns from that span alone: its examples are ExampleGen's.
+    # The Trainer's input is that span's examples (its executor adds the window's earlier
+    # spans from the record: test_each_night_learns_from_the_window_...).
     (trained_on,) = run.tasks["trainer"].executor_input["inputs"]["artifacts"]["examples"][
         "artifacts"
     ]
@@ -228,15 +228,11 @@ def test_night_2_pushes_version_2_when_blessed_and_holds_it_back_otherwise(night
     summary = _summary(nights, 2)
     (evaluation,) = second.tasks["evaluator"].artifacts["evaluation"]
     measured = evaluation["metadata"]
-    accuracy_kept = (
-        measured["conveyor_metric_binary_accuracy"]
-        >= measured["conveyor_baseline_metric_binary_accuracy"] - 0.01
-    )
     floors_met = (
         measured["conveyor_metric_binary_accuracy"] >= 0.5
         and measured["conveyor_metric_auc"] >= 0.65
     )
-    assert blessed == (accuracy_kept and floors_met), measured
+    assert blessed == floors_met, measured
     if blessed:
         assert pushed["metadata"]["pushed_version"] == "2"
         assert (summary["outcome"], summary["pushed_version"]) == ("pushed", "2"), summary
@@ -326,3 +322,27 @@ def test_night_6_is_compared_with_the_model_served_and_measured_against_night_4(
     findings = json.loads((Path(artifact["uri"]) / "findings.json").read_text())
     fourth = nights["dates"][4]
     assert findings["drift_against"] == f"span {spans.span_of_date(fourth)} ({fourth.isoformat()})"
+
+
+def _trained_spans(nights, index: int) -> list[int]:
+    (model,) = nights["runs"][index].tasks["trainer"].artifacts["model"]
+    return json.loads(model["metadata"][TRAINED_SPANS_PROPERTY])
+
+
+def test_each_night_learns_from_the_window_of_blessed_spans_as_a_local_night_does(nights):
+    # taxi's window is 3 spans: tonight's and the accepted spans before it whose own night's
+    # model the Evaluator blessed (the record the Pusher keeps in the workdir).
+    span = {i: spans.span_of_date(nights["dates"][i]) for i in NIGHTS}
+    second_blessed = _blessed(nights["runs"][2])
+    assert _trained_spans(nights, 1) == [span[1]]
+    assert _trained_spans(nights, 2) == [span[1], span[2]]
+    assert _trained_spans(nights, 4) == ([span[2]] if second_blessed else []) + [span[4]]
+    # Night 4's shuffled labels were not blessed and night 5 was blocked: night 6 learns only
+    # from its own span, as tests/e2e/test_nightly_week.py's night 6 does.
+    assert _trained_spans(nights, 6) == [span[6]]
+    records = nights["paths"].runs_dir / ACCEPTED_SPANS_FOLDER
+    blessed = {
+        index: json.loads((records / f"{span[index]}.json").read_text())[BLESSED_KEY]
+        for index in (1, 2, 4, 6)
+    }
+    assert blessed == {1: True, 2: second_blessed, 4: False, 6: True}

@@ -7,6 +7,7 @@ import json
 from pipelines.builder.context import BuildContext
 from pipelines.core.artifact_files import ACCEPTED_SPANS_FOLDER
 from pipelines.spec.components import Orchestrator
+from pipelines.spec.models import PipelineSpec
 
 
 def build(ctx: BuildContext, node_id: str) -> None:
@@ -26,7 +27,7 @@ def build(ctx: BuildContext, node_id: str) -> None:
     # (components/data_gate/component.py).
     drift_from = data.drift and ctx.has("previous_statistics")
     kubeflow = ctx.target is Orchestrator.KUBEFLOW
-    records = str(ctx.paths.runs_dir / ACCEPTED_SPANS_FOLDER)
+    records = accepted_spans_dir(ctx)
     limits = {
         "drift": data.drift,
         "skew": data.skew,
@@ -35,7 +36,7 @@ def build(ctx: BuildContext, node_id: str) -> None:
     # On Kubeflow the gate's refusal is written where the exit handler finds it by the job's
     # name (KFP fills the placeholders), so that the run ends BLOCKED with its findings.
     node = DataGate(
-        accepted_spans_dir=records if kubeflow and data.drift else None,
+        accepted_spans_dir=records if kubeflow and kubeflow_keeps_records(ctx.spec) else None,
         runs_dir=str(ctx.paths.runs_dir) if kubeflow else None,
         job_name="{{$.pipeline_job_name}}" if kubeflow else None,
         job_resource_name="{{$.pipeline_job_resource_name}}" if kubeflow else None,
@@ -64,3 +65,16 @@ def _data_description(ctx: BuildContext) -> str:
     if data.span_pattern and ctx.span is None:
         return "the newest span"
     return spans.describe(ctx.spec, ctx.span)
+
+
+def kubeflow_keeps_records(spec: PipelineSpec) -> bool:
+    """Whether a Kubeflow build keeps the record of accepted spans: when the data gate measures
+    drift or the Trainer learns from a window of spans, which read it
+    (components/spans/accepted.py)."""
+    return bool(spec.data.drift) or spec.data.window_spans > 1
+
+
+def accepted_spans_dir(ctx: BuildContext) -> str:
+    """Where a Kubeflow build keeps the record of accepted spans: under the pipeline's runs
+    folder in the workdir, which every task reaches."""
+    return str(ctx.paths.runs_dir / ACCEPTED_SPANS_FOLDER)

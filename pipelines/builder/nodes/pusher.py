@@ -46,8 +46,21 @@ def build(ctx: BuildContext, node_id: str) -> None:
             "serving_config_dir": str(ctx.paths.serving_config_dir),
             "push": ctx.spec.push.model_dump(mode="json", include=set(LABEL_KEYS)),
             **({"tflite_required": ctx.spec.push.tflite.required} if tflite else {}),
+            **_blessings_recorded(ctx),
         },
         tflite_model=tflite,
     ).with_id(node_id)
     ctx.add(node)
     ctx.provide("pushed_model", node.outputs["pushed_model"])
+
+
+def _blessings_recorded(ctx: BuildContext) -> dict:
+    """On Kubeflow with a training window: the record of accepted spans, where the Pusher notes
+    whether each night's model was blessed (what the next nights' window asks)."""
+    from components.spans.accepted import ACCEPTED_SPANS_KEY
+    from pipelines.builder.nodes.data_gate import accepted_spans_dir
+    from pipelines.spec.components import Orchestrator
+
+    if ctx.target is not Orchestrator.KUBEFLOW or ctx.spec.data.window_spans <= 1:
+        return {}
+    return {ACCEPTED_SPANS_KEY: accepted_spans_dir(ctx)}

@@ -44,7 +44,10 @@ def build_span_window(ctx: BuildContext, node_id: str) -> None:
     """This span and the accepted ones before it, `data.window_spans` in all: what the Trainer
     learns from."""
     if ctx.target is Orchestrator.KUBEFLOW:
-        ctx.note(node_id, "no node: the Trainer reads tonight's span only")
+        ctx.note(
+            node_id,
+            "no node: Conveyor's Trainer reads the window from the record of accepted spans",
+        )
         ctx.provide("training_examples", ctx.need("examples", node_id))
         return
     from components.spans import strategy
@@ -62,7 +65,7 @@ def build_span_window(ctx: BuildContext, node_id: str) -> None:
 def build_drift_baseline(ctx: BuildContext, node_id: str) -> None:
     """The statistics of the last span that passed the data gate: what drift is measured from."""
     if ctx.target is Orchestrator.KUBEFLOW:
-        ctx.note(node_id, "no node: the data gate checks the schema and anomalies, not drift")
+        ctx.note(node_id, "no node: the data gate reads the record of accepted spans")
         return
     from tfx.types import standard_artifacts
     from tfx.types.channel import Channel

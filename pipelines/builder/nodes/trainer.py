@@ -91,6 +91,7 @@ def build(ctx: BuildContext, node_id: str) -> None:
                 "trainer": trainer.model_dump(mode="json"),
                 "code_version": version,
                 **({CLUSTER_KEY: cluster} if cluster else {}),
+                **_window_from_records(ctx),
             },
             base_model=base_model,
             user_code=_user_code_label(found),
@@ -99,3 +100,15 @@ def build(ctx: BuildContext, node_id: str) -> None:
         node.add_upstream_node(gate)
     ctx.add(node)
     ctx.provide("model", node.outputs["model"])
+
+
+def _window_from_records(ctx: BuildContext) -> dict:
+    """On Kubeflow, which resolves no window: where Conveyor's Trainer finds the window's
+    earlier spans (the record of accepted spans, components/spans/accepted.py)."""
+    from components.trainer.component import WINDOW_KEY
+    from pipelines.builder.nodes.data_gate import accepted_spans_dir
+
+    window = ctx.spec.data.window_spans
+    if ctx.target is not Orchestrator.KUBEFLOW or window <= 1:
+        return {}
+    return {WINDOW_KEY: {"dir": accepted_spans_dir(ctx), "num_spans": window}}
