@@ -23,6 +23,8 @@ import os
 from tfx.dsl.io import fileio
 from tfx.types import standard_artifacts
 
+from components.spans import strategy
+
 BLESSED_KEY = "model_blessed"
 # In the Pusher's custom_config on Kubeflow: the record's folder.
 ACCEPTED_SPANS_KEY = "accepted_spans_dir"
@@ -31,13 +33,9 @@ TRAINED_SPANS_PROPERTY = "conveyor_trained_spans"
 
 
 def examples_span(examples) -> int | None:
-    """The span on ExampleGen's Examples (its custom property, which FileBasedExampleGen's
-    driver sets, or the declared property), or None for data without spans."""
-    if examples is None:
-        return None
-    if examples.has_custom_property("span"):
-        return examples.get_int_custom_property("span")
-    return examples.span if examples.has_property("span") and examples.span else None
+    """The span on ExampleGen's Examples (`strategy.examples_span`, what the local resolvers
+    read), or None for data without spans (span 0) or no Examples."""
+    return (strategy.examples_span(examples) or None) if examples is not None else None
 
 
 def _described(artifact) -> dict:
