@@ -247,6 +247,7 @@ def DataGate(  # noqa: N802 - TFX names components like classes
     job_name: Parameter[str] = None,
     job_resource_name: Parameter[str] = None,
     accepted_spans_dir: Parameter[str] = None,
+    accepted_schema_file: Parameter[str] = None,
 ) -> None:
     """Raises DataGateError listing each problem; passes (and records findings) when none.
 
@@ -263,6 +264,8 @@ def DataGate(  # noqa: N802 - TFX names components like classes
     the gate finds its drift baseline in the record kept there and records each span it
     accepts (components/spans/accepted.py). `examples` is an input so that ML Metadata records which
     examples this gate accepted (what the resolver finds a baseline by) and to read its span.
+    With `accepted_schema_file` (Kubeflow with `schema.source: infer`), the schema of data it
+    accepts is recorded there: the schema the next run keeps (components/accepted_schema).
     """
     from tfx.utils import io_utils
 
@@ -305,6 +308,10 @@ def DataGate(  # noqa: N802 - TFX names components like classes
     write_findings(findings.uri, result)
     if accepted_spans_dir and not problems:
         record_accepted_span(accepted_spans_dir, statistics, examples)
+    if accepted_schema_file and not problems:
+        from components.accepted_schema.component import record_accepted_schema
+
+        record_accepted_schema(accepted_schema_file, schema)
     if problems:
         error = DataGateError(
             f"Data gate: the data in {input_base} ({data_description}) is not fit to train on, "
@@ -323,12 +330,11 @@ def write_verdict(
     """Writes the refusal (reason, message, findings) into the Kubeflow run's folder under
     `runs_dir`, named from KFP's job name as the exit handler names it; returns the file, or
     None when KFP resolved neither placeholder (no name to meet the exit handler by)."""
-    from components.run_finish.component import report_run_id
+    from components.run_finish.component import kubeflow_run_folder
 
-    resolved = [n for n in (job_resource_name, job_name) if n and not n.startswith("{{")]
-    if not resolved:
+    folder = kubeflow_run_folder(runs_dir, job_name, job_resource_name)
+    if folder is None:
         return None
-    folder = os.path.join(runs_dir, report_run_id(resolved[0]))
     fileio.makedirs(folder)
     target = os.path.join(folder, GATE_VERDICT_FILE)
     verdict = {"reason": error.reason.value, "message": str(error), "findings": error.findings}

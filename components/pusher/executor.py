@@ -49,12 +49,25 @@ from pipelines.core.outcome import REASON_CODE_PROPERTY, REASON_PROPERTY, Reason
 # With a TF Lite converter before the Pusher: whether model.tflite went in, and why (not).
 TFLITE_PROPERTY = "conveyor_tflite"
 BASELINE_MODEL_ID = "baseline_model_id"  # what TFX's Evaluator records on its blessing
+# On Kubeflow (execution properties, pipelines/builder/nodes/pusher.py): the pipeline's folder
+# of run folders and KFP's job name placeholders, naming the run's folder as the exit handler
+# names it; the decision is written there.
+RUNS_DIR_KEY = "runs_dir"
+JOB_NAME_KEY = "job_name"
+JOB_RESOURCE_NAME_KEY = "job_resource_name"
 
 
 class Executor(tfx_pusher_executor.Executor):
     """TFX Pusher executor with atomic, idempotent, integer-versioned filesystem pushes."""
 
     def Do(self, input_dict, output_dict, exec_properties):  # noqa: N802 - TFX's name
+        """Pushes the model or holds it back (`_push_or_hold`); on Kubeflow (RUNS_DIR_KEY
+        given) then writes the decision into the run's folder (`write_push_decision`)."""
+        self._push_or_hold(input_dict, output_dict, exec_properties)
+        if exec_properties.get(RUNS_DIR_KEY):
+            write_push_decision(input_dict, output_dict, exec_properties)
+
+    def _push_or_hold(self, input_dict, output_dict, exec_properties) -> None:
         """Pushes the model as the next integer version unless a reason holds it back.
 
         Not pushed: a model the Evaluator (or the infra validator) did not bless; a first model
@@ -162,3 +175,39 @@ def record_night_blessing(accepted_dir: str, input_dict) -> None:
     spans = json.loads(model.get_string_custom_property(TRAINED_SPANS_PROPERTY) or "[]")
     blessed = blessing.get_int_custom_property(constants.ARTIFACT_PROPERTY_BLESSED_KEY) == 1
     record_blessing(accepted_dir, spans[-1] if spans else None, blessed)
+
+
+def write_push_decision(input_dict, output_dict, exec_properties) -> str | None:
+    """Writes what this Pusher decided into the Kubeflow run's folder (PUSH_DECISION_FILE):
+    the PushedModel's properties, the Model's (with what it learned from) and the blessing's.
+    The exit handler reads it for the run's outcome and records it in Conveyor's ML Metadata
+    store (pipelines/core/metadata/told_push.py), which KFP's own store, unreadable to any
+    task, cannot stand for. Returns the file, or None when KFP resolved no job name."""
+    from tfx.dsl.io import fileio
+
+    from components.run_finish.component import kubeflow_run_folder
+    from pipelines.core.artifact_files import PUSH_DECISION_FILE
+    from pipelines.core.metadata.told_push import described
+
+    folder = kubeflow_run_folder(
+        exec_properties[RUNS_DIR_KEY],
+        exec_properties.get(JOB_NAME_KEY),
+        exec_properties.get(JOB_RESOURCE_NAME_KEY),
+    )
+    if folder is None:
+        logging.warning("No job name from KFP: the push decision is not written.")
+        return None
+
+    def single(artifacts, key: str):
+        return artifact_utils.get_single_instance(artifacts[key]).mlmd_artifact
+
+    decision = {
+        "push": described(single(output_dict, standard_component_specs.PUSHED_MODEL_KEY)),
+        "model": described(single(input_dict, standard_component_specs.MODEL_KEY)),
+        "blessing": described(single(input_dict, standard_component_specs.MODEL_BLESSING_KEY)),
+    }
+    fileio.makedirs(folder)
+    target = f"{folder}/{PUSH_DECISION_FILE}"
+    with fileio.open(target, "w") as handle:
+        handle.write(json.dumps(decision, indent=2, sort_keys=True))
+    return target

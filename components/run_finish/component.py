@@ -15,14 +15,16 @@ and exports the run's Prometheus metrics to the sinks in `runtime.metrics`, with
 and labels as every run's (pushed as the group `{job, pipeline}`):
 
 - `conveyor_run_outcome`: `blocked` for a night the data gate refused, `failed` for any other
-  run that did not succeed; for one that did, `pushed`
-  when the newest version in the serving folder was pushed after the job was created, else
-  `not_pushed`. Without the job's creation time (`job_created_at`, which KFP fills from
-  `{{$.pipeline_job_create_time_utc}}`; a backend that does not resolve it leaves the
-  placeholder) pushed and not_pushed cannot be told apart: only `failed` and `blocked` are
+  run that did not succeed; for one that did, what its Pusher decided (`pushed` or
+  `not_pushed`, from the decision it wrote into the run's folder,
+  `components.pusher.executor.write_push_decision`). A run whose Pusher wrote none (a spec
+  without a Pusher) is `pushed` when the newest version in the serving folder was pushed after
+  the job was created, else `not_pushed`; without the job's creation time (`job_created_at`,
+  which KFP fills from `{{$.pipeline_job_create_time_utc}}`; a backend that does not resolve
+  it leaves the placeholder) those two cannot be told apart: only `failed` and `blocked` are
   exported, as 0. `conveyor_run_reason`: `data_gate_blocked`, `component_failed` (`interrupted`
-  for a cancelled run), `pushed`, or `unknown` for a run that succeeded without a push (why is
-  in KFP's store).
+  for a cancelled run), `pushed`, the Pusher's reason code for a model held back
+  (`model_not_blessed`, `identical_to_served`, ...), or `unknown`.
 - `conveyor_run_finished_timestamp_seconds`: when the exit handler ran;
   `conveyor_run_duration_seconds`: from the job's creation to then (queueing included), when
   the creation time is known.
@@ -31,17 +33,22 @@ and labels as every run's (pushed as the group `{job, pipeline}`):
   workdir, which every task sees).
 - `conveyor_evaluation_lower_bound`: the spec's floors.
 
+The Pusher's decision is also recorded in the ML Metadata store the spec names
+(`runtime.metadata`; `pipelines.core.metadata.told_push`): the run's Trainer with the examples,
+spans, schema and code it learned from, and its Pusher with the Model, blessing and push, so
+`conveyor lineage`, `models`, `rollback` and `bless` answer for the run as for a local one.
 After a run that pushed, the contract retires the versions beyond `push.keep_versions` (never
-a labelled one), counting every complete version folder as pushed (`serving_state.retain`).
+a labelled one): those recorded as pushed, or with no store to record in, every complete
+version folder (`serving_state.retain`).
 
 What it cannot do, and why: KFP records the run in its own ML Metadata, which a task cannot
-read, so the report and the alert carry the run, its state and KFP's error (which names the
-failed task) but no node details and no evaluation, and a model held back shows as not pushed
-with reason `unknown`. A data gate that refused the data wrote its verdict into the run's
-folder (`components.data_gate.component.write_verdict`): the run is BLOCKED with the gate's
-message and findings (`gate_verdict_stop`), as a local night. For the same reason the metrics
-read from a run's store are absent: component durations and cache hits, rows, anomalies, drift
-and skew, the evaluation's values, the blessings and the span. The outcome record exists only for
+read, so the report and the alert carry the run, its state, KFP's error (which names the
+failed task) and the Pusher's decision, but no node details and no evaluation. A data gate
+that refused the data wrote its verdict into the run's folder
+(`components.data_gate.component.write_verdict`): the run is BLOCKED with the gate's message
+and findings (`gate_verdict_stop`), as a local night. For the same reason the metrics read
+from a run's store are absent: component durations and cache hits, rows, anomalies, drift and
+skew, the evaluation's values, the blessings and the span. The outcome record exists only for
 `conveyor run` and Airflow, whose store Conveyor reads.
 """
 
@@ -130,6 +137,19 @@ def report_run_id(job: str | None) -> str:
     return "unnamed-" + datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
 
 
+def kubeflow_run_folder(
+    runs_dir: str, job_name: str | None, job_resource_name: str | None
+) -> str | None:
+    """The run's folder under `runs_dir` as the exit handler names it (`report_run_id`), for a
+    task told KFP's job name placeholders (`{{$.pipeline_job_name}}`,
+    `{{$.pipeline_job_resource_name}}`); None when KFP resolved neither (no name to meet the
+    exit handler by)."""
+    import os
+
+    resolved = [n for n in (job_resource_name, job_name) if n and not n.startswith("{{")]
+    return os.path.join(runs_dir, report_run_id(resolved[0])) if resolved else None
+
+
 def utc_seconds(stamp: str) -> float | None:
     """An RFC 3339 time (`2026-11-28T02:00:00.123456789Z`, as KFP and the push record write
     them) as Unix seconds; None for text that is not one (an unresolved placeholder, "")."""
@@ -181,6 +201,43 @@ def gate_verdict_stop(paths, folder: str):
         return None
 
 
+def told_push_decision(paths, folder: str) -> dict | None:
+    """The decision the run's Pusher wrote into its folder (`components.pusher.executor.
+    write_push_decision`), or None when it wrote none (the Pusher did not run) or it cannot
+    be read."""
+    import json
+
+    from pipelines.core import storage
+    from pipelines.core.artifact_files import PUSH_DECISION_FILE
+
+    try:
+        decision = json.loads(storage.read_text(str(paths.run_dir(folder) / PUSH_DECISION_FILE)))
+    except (OSError, ValueError):
+        return None
+    return decision if isinstance(decision, dict) and "push" in decision else None
+
+
+def _told_outcome(facts, decision: dict, pushed: tuple[int, float] | None, now: float) -> None:
+    """The outcome of a run that succeeded, as its Pusher's decision tells it: PUSHED with
+    the version, or NOT_PUSHED with the Pusher's reason code and words (held back as not
+    blessed, identical to the one served, awaiting a manual bless...)."""
+    from pipelines.core.outcome import REASON_CODE_PROPERTY, REASON_PROPERTY, Outcome, Reason
+
+    told = decision["push"].get("custom", {})
+    version = str(told.get("pushed_version") or "")
+    if told.get("pushed") and version.isdigit():
+        facts.outcome, facts.reason = Outcome.PUSHED, Reason.PUSHED
+        same = pushed is not None and pushed[0] == int(version)
+        facts.last_push = (int(version), pushed[1] if same else now)
+        return
+    facts.outcome = Outcome.NOT_PUSHED
+    try:
+        facts.reason = Reason(told.get(REASON_CODE_PROPERTY))
+    except ValueError:
+        facts.reason = Reason.UNKNOWN
+    facts.said = f"nothing pushed: {told.get(REASON_PROPERTY) or 'the Pusher gave no reason'}"
+
+
 def final_status_facts(
     final_status: str,
     resolved_spec: str,
@@ -222,6 +279,7 @@ def final_status_facts(
     folder = report_run_id(_job(status)) if workdir else ""
     if stop is not None and workdir:
         stop = gate_verdict_stop(paths, folder) or stop
+    decision = told_push_decision(paths, folder) if workdir else None
     facts = RunFacts(
         compiled_spec(spec),
         paths,
@@ -232,8 +290,12 @@ def final_status_facts(
         in_store=False,
         finished_at=now,
         last_push=pushed,
+        told_push=decision,
     )
     if stop is not None:
+        return facts
+    if decision is not None:
+        _told_outcome(facts, decision, pushed, now)
         return facts
     if created is None:
         facts.outcome = Outcome.NOT_PUSHED

@@ -34,6 +34,7 @@ from components.baseline.served import without_empty_models
 from components.spans.accepted import TRAINED_SPANS_PROPERTY, blessed_window, examples_span
 from components.trainer.cluster import CLUSTER_KEY
 from pipelines.core.artifact_files import TRAINING_SUMMARY_FILE
+from pipelines.core.metadata.told_push import TRAINED_FROM_PROPERTY
 
 STATISTICS_KEY = "statistics"
 STATISTICS_PATH_KEY = "statistics_path"
@@ -112,14 +113,23 @@ def with_window(input_dict, exec_properties) -> tuple[dict, dict]:
     return input_dict, exec_properties
 
 
-def record_trained_spans(input_dict, output_dict) -> None:
-    """Names the spans the Model learned from on it (TRAINED_SPANS_PROPERTY): what the Pusher
-    records the blessing of on Kubeflow, and what a reader of the artifact sees."""
-    spans = sorted(
-        {s for s in map(examples_span, input_dict[standard_component_specs.EXAMPLES_KEY]) if s}
-    )
+def record_trained_inputs(input_dict, output_dict, exec_properties) -> None:
+    """Names on the Model what it learned from: the spans (TRAINED_SPANS_PROPERTY), what the
+    Pusher records the blessing of on Kubeflow, and the examples with their spans, the schema
+    and the code (TRAINED_FROM_PROPERTY), which a Kubeflow run's Pusher hands on for the run's
+    lineage in Conveyor's store (pipelines/core/metadata/told_push.py)."""
+    examples = input_dict[standard_component_specs.EXAMPLES_KEY]
+    spans = sorted({s for s in map(examples_span, examples) if s})
     model = artifact_utils.get_single_instance(output_dict[standard_component_specs.MODEL_KEY])
     model.set_string_custom_property(TRAINED_SPANS_PROPERTY, json.dumps(spans))
+    schema = input_dict.get(standard_component_specs.SCHEMA_KEY) or []
+    trained_from = {
+        "examples": [{"uri": a.uri, "span": examples_span(a) or 0} for a in examples],
+        "schema": schema[0].uri if schema else None,
+        "code_version": exec_properties.get(CODE_VERSION_KEY),
+        "user_code": exec_properties.get(USER_CODE_KEY),
+    }
+    model.set_string_custom_property(TRAINED_FROM_PROPERTY, json.dumps(trained_from))
 
 
 def record_summary(output_dict, model_run_uri: str | None = None) -> None:
@@ -172,7 +182,7 @@ class Executor(tfx_trainer_executor.GenericExecutor):
         """
         input_dict = without_empty_models(input_dict, standard_component_specs.BASE_MODEL_KEY)
         input_dict, exec_properties = with_window(input_dict, exec_properties)
-        record_trained_spans(input_dict, output_dict)
+        record_trained_inputs(input_dict, output_dict, exec_properties)
         config_json = exec_properties.get(standard_component_specs.CUSTOM_CONFIG_KEY)
         if CLUSTER_KEY in (json_utils.loads(config_json or "null") or {}):
             from components.trainer.cluster import train_on_cluster
@@ -223,6 +233,7 @@ class UserModuleExecutor(tfx_trainer_executor.GenericExecutor):
         model that holds no model is left out, as in `Executor.Do`.
         """
         input_dict = without_empty_models(input_dict, standard_component_specs.BASE_MODEL_KEY)
+        record_trained_inputs(input_dict, output_dict, exec_properties)
         from components.trainer.autograph import leave_tf_keras_unconverted
         from components.user_code import UserCodeFailure, entry_point, failure
 

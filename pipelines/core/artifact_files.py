@@ -11,8 +11,16 @@ GATE_FINDINGS_FILE = "findings.json"  # what the data gate writes in that folder
 # What a data gate that stopped a Kubeflow run writes into the run's folder, where the exit
 # handler finds it by the job's name (a failed task publishes no artifact).
 GATE_VERDICT_FILE = "data_gate_verdict.json"
+# What a Pusher on Kubeflow writes into the run's folder the same way: its decision, the
+# model, blessing and inputs it judged, which the exit handler records in Conveyor's ML
+# Metadata store (pipelines/core/metadata/told_push.py) for lineage, models, rollback and bless.
+PUSH_DECISION_FILE = "push_decision.json"
 TRAINING_SUMMARY_FILE = "training_summary.json"  # the trainer's summary in its ModelRun folder
 # Where a data gate on Kubeflow records each span it accepted (`<span>.json`: the span's
 # statistics and examples), under the pipeline's folder of run folders: the drift baseline of
 # the next night's gate, which Kubeflow's own resolvers cannot find.
 ACCEPTED_SPANS_FOLDER = "accepted_spans"
+# Where a data gate on Kubeflow with `schema.source: infer` records the schema it passed the
+# data against, under the same folder: the last accepted run's schema, which the next run's
+# schema_gen keeps (components/accepted_schema).
+ACCEPTED_SCHEMA_FILE = "accepted_schema.json"

@@ -5,7 +5,8 @@
 1. its result: the outcome with its reason code (`pipelines.core.outcome.Reason`), the version
    pushed, each node's state, the data gate's findings. Read back from ML Metadata where
    Conveyor can read the run's store (`conveyor run`, Airflow), from what the orchestrator
-   says where it cannot (Kubeflow keeps its own store);
+   says where it cannot (Kubeflow keeps its own store), and there the push its Pusher told
+   (`RunFacts.told_push`) recorded in the spec's store, where operations read it;
 2. `summary.json` in the run's folder, with the resolved spec beside it;
 3. retention of old served versions after a run that did its job (`pipelines.serving_state`,
    after ML Metadata recorded the push, never before);
@@ -113,6 +114,10 @@ class RunFacts:
     possible_outcomes: tuple[Outcome, ...] = ()  # ... or those it may have had (metrics)
     finished_at: float | None = None  # when it ended (Unix seconds); None: now
     last_push: tuple[int, float] | None = None  # a run not in the store: (version, pushed at)
+    said: str = ""  # a run not in the store: its words for a run that pushed nothing
+    # A run not in the store whose Pusher wrote its decision (Kubeflow): recorded in the store
+    # (pipelines/core/metadata/told_push.py) before retention, so operations see the push.
+    told_push: dict | None = None
     # Keeps the record of a final outcome; None: this orchestrator keeps none.
     record_outcome: Callable[[RunResult], None] | None = None
     # Sends the alert before writing the report, for a process that may itself be killed soon
@@ -141,6 +146,7 @@ def finish_run(facts: RunFacts, echo: Echo = print) -> RunResult:
     # A failure's text goes to the summary, the report and the alert: no secret in it.
     result.message = redact(result.message, facts.spec)
     _write_folder(facts, result, echo)
+    recorded = _record_told_push(facts, echo)
     failpoint("run:before_finish")
     pushed_outside_the_store = not facts.in_store and Outcome(result.outcome) is Outcome.PUSHED
     if result.ok and (facts.in_store or pushed_outside_the_store):
@@ -150,7 +156,7 @@ def finish_run(facts: RunFacts, echo: Echo = print) -> RunResult:
         from pipelines import serving_state
 
         try:
-            serving_state.retain(facts.paths, echo, recorded=facts.in_store)
+            serving_state.retain(facts.paths, echo, recorded=facts.in_store or recorded)
         except OSError as err:  # the new version is served either way: the outcome stands
             echo(f"warning: old versions not retired: {err}")
     try:
@@ -191,7 +197,7 @@ def _told_result(facts: RunFacts) -> RunResult:
         outcome, reason, message = stop.outcome, stop.reason, stop.message
     else:
         outcome = facts.outcome or Outcome.NOT_PUSHED
-        reason, message = facts.reason, f"the run ended {outcome.label}"
+        reason, message = facts.reason, facts.said or f"the run ended {outcome.label}"
     version = path = None
     if outcome is Outcome.PUSHED and facts.last_push is not None:
         # The orchestrator saw the push it reports (the newest version in the serving folder).
@@ -281,6 +287,33 @@ def _read_back(facts: RunFacts) -> RunResult:
     return RunResult(
         outcome=Outcome.NOT_PUSHED, message=f"nothing pushed: {words}", reason=reason, **found
     )
+
+
+def _record_told_push(facts: RunFacts, echo: Echo) -> bool:
+    """Records the push decision a run not in the store told (`RunFacts.told_push`) in the
+    store the spec names; returns whether the store now holds it. A store that cannot take it
+    is said, never a reason to change the run's outcome (serving changed either way)."""
+    if facts.in_store or facts.told_push is None:
+        return False
+    from ml_metadata.metadata_store import metadata_store
+
+    from pipelines.core.metadata import connection_config
+    from pipelines.core.metadata.told_push import record_told_push
+
+    spec, where = facts.spec, _store_location(facts.paths)
+    ids = tuple(
+        next((c.id for c in spec.components if c.type == kind), kind)
+        for kind in ("trainer", "pusher")
+    )
+    try:
+        store = metadata_store.MetadataStore(connection_config(spec, facts.paths.metadata_path))
+        record_told_push(store, spec.name, str(facts.folder or facts.run_id), ids, facts.told_push)
+    except Exception as err:  # noqa: BLE001 - the served model stands whatever the store does
+        words = redact(f"{type(err).__name__}: {err}", spec)
+        echo(f"warning: the run's push decision is not recorded in {where}: {words}")
+        return False
+    echo(f"metadata: the run's push decision is recorded in {where}")
+    return True
 
 
 def _push_decision(store, run_id: str) -> Reason:

@@ -12,8 +12,9 @@ KFP itself needs:
   and every container's command is Conveyor's entry point (`pipelines.run.kubeflow_entrypoint`)
   told each custom title's class, in front of TFX's, which imports a custom title as a class
   path and so could not read a `conveyor.Name` artifact;
-- KFP's cache off for the served-model tasks and the data gate, whose answers depend on the
-  serving folder and on the spans accepted before (kept in the workdir);
+- KFP's cache off for the served-model tasks, the kept schema and the data gate, whose answers
+  depend on the serving folder and on the spans and schema accepted before (kept in the
+  workdir);
 - the job's output directory and the nightly schedule for KFP and Vertex AI;
 - PipelineSpec schema 2.1.0, the only one open-source KFP's API server accepts;
 - every task's environment from Kubernetes secrets (`runtime.container.secret_env`), as KFP's
@@ -27,11 +28,13 @@ KFP itself needs:
   With it, KFP nests the pipeline's tasks in a `tfx-dag` sub-DAG, and the root DAG holds that
   and the exit handler.
 
-KFP records lineage in its own ML Metadata, so `runtime.metadata` is not part of a PipelineJob,
-and the exit handler cannot read the run back: a Kubeflow run's report carries KFP's final
-state and error but no node details, its reason code is `component_failed` (a data gate that
-refused the data included), `interrupted`, `pushed` or `unknown`, and there is no outcome
-record (`conveyor run` and Airflow's final task write all of them in full).
+KFP records lineage in its own ML Metadata, which no task can read: the exit handler cannot read
+the run back. A Kubeflow run's report carries KFP's final state and error, the data gate's
+refusal and the Pusher's decision (each written into the run's folder) but no node details,
+and there is no outcome record (`conveyor run` and Airflow's final task write all of them in
+full). The Pusher's decision is recorded in `runtime.metadata` by the exit handler
+(`pipelines.core.metadata.told_push`), where `conveyor lineage`, `models`, `rollback` and
+`bless` read it.
 """
 
 from __future__ import annotations
@@ -177,17 +180,22 @@ def _fill_missing_resources(job: dict[str, Any], spec: PipelineSpec) -> list[str
 def _never_cached(job: dict[str, Any], pipeline) -> list[str]:
     """Turns KFP's cache off for the tasks whose result depends on more than their inputs:
     the served model (`components.baseline.served`) is what the serving folder holds when the
-    task runs, and the data gate measures drift from the last span accepted before it (its
-    record in the workdir); a cache hit from an earlier run would answer for another state of
-    either. Returns those tasks."""
+    task runs, the kept schema (`components.accepted_schema`) the one last accepted, and the
+    data gate measures drift from the last span accepted before it and keeps those records (in
+    the workdir); a cache hit from an earlier run would answer for another state of any of
+    them. Returns those tasks."""
+    from components.accepted_schema.component import AcceptedSchemaGen
     from components.baseline.served import ServedModel
     from components.data_gate.component import DataGate
+
+    def records(node) -> bool:
+        keys = ("accepted_spans_dir", "accepted_schema_file")
+        return isinstance(node, DataGate) and any(node.exec_properties.get(k) for k in keys)
 
     stateful = {
         node.id
         for node in pipeline.components
-        if isinstance(node, ServedModel)
-        or (isinstance(node, DataGate) and node.exec_properties.get("accepted_spans_dir"))
+        if isinstance(node, (ServedModel, AcceptedSchemaGen)) or records(node)
     }
     uncached = []
     for task, task_spec in job_tasks(job["pipelineSpec"]).items():

@@ -91,12 +91,15 @@ def check_profile(loaded: LoadedSpec, target: Orchestrator | None = None) -> Non
 
 def task_variables(spec: PipelineSpec) -> dict[str, str]:
     """The environment variables Conveyor's tasks read on Kubeflow, by the key that names each
-    (the exit handler's webhook and Pushgateway URL); unset keys are left out."""
+    (the exit handler's webhook and Pushgateway URL, and the password of a MySQL store, where
+    it records the run's push); unset keys are left out."""
     runtime = spec.runtime
     named = {
         "runtime.alert_webhook_env": runtime.alert_webhook_env,
         "runtime.metrics.pushgateway_url_env": runtime.metrics.pushgateway_url_env,
     }
+    if runtime.metadata.kind.value == "mysql":
+        named["runtime.metadata.password_env"] = runtime.metadata.password_env
     return {key: variable for key, variable in named.items() if variable}
 
 

@@ -139,8 +139,8 @@ COMPONENT_TYPES: dict[str, ComponentType] = {
             ),
             on_target={
                 Orchestrator.KUBEFLOW: "`file`: the curated schema is read from the image's "
-                "project root; `infer`: SchemaGen infers it on every run, as the build cannot "
-                "read Kubeflow's ML Metadata for the last accepted run's schema"
+                "project root; `infer`: a task keeps the schema the data gate last accepted "
+                "data against (its record in the workdir), inferring before there is one"
             },
         ),
         ComponentType(

@@ -56,11 +56,6 @@ _RUN_GAPS: dict[Orchestrator, tuple[tuple[Guarantee, str], ...]] = {
             "no lock and no reconcile before a run: the recurring run's max concurrency of 1 "
             "keeps scheduled nights apart, not runs started by hand",
         ),
-        (
-            Guarantee.OPERATIONS_SEE_RUNS,
-            "conveyor bless, rollback and lineage cannot see the runs (Kubeflow keeps them in "
-            "its own ML Metadata)",
-        ),
     ),
     Orchestrator.AIRFLOW: (
         (
@@ -117,8 +112,12 @@ def gaps(spec: Any, target: Orchestrator) -> list[Gap]:
         guarantee = _COMPONENT_GUARANTEES.get(component.type)
         if how is None or guarantee is None:
             continue
-        if guarantee is Guarantee.ACCEPTED_SCHEMA and spec.schema_.source.value != "infer":
-            continue  # a curated schema is the same file on every target
+        if guarantee is Guarantee.ACCEPTED_SCHEMA:
+            if spec.schema_.source.value != "infer":
+                continue  # a curated schema is the same file on every target
+            if any(c.type == "data_gate" for c in spec.components):
+                continue  # the gate records the schema it accepted data against
+            how = "no data gate records the schema of accepted data: inferred anew each run"
         if guarantee is Guarantee.TRAINING_WINDOW:
             if spec.data.window_spans <= 1 or not _trains_with_own_run_fn(spec):
                 continue  # Conveyor's Trainer reads the window from the record of spans
@@ -135,4 +134,15 @@ def gaps(spec: Any, target: Orchestrator) -> list[Gap]:
             )
         )
     found += [Gap(guarantee, "run", how) for guarantee, how in _RUN_GAPS.get(target, ())]
+    if target is Orchestrator.KUBEFLOW and spec.runtime.metadata.kind.value == "sqlite":
+        found.append(
+            Gap(
+                Guarantee.OPERATIONS_SEE_RUNS,
+                "run",
+                "the exit handler records each run's push in the SQLite file under the workdir "
+                "the pods mount, which conveyor bless, rollback, lineage and models open only "
+                "through that same folder; a MySQL-compatible runtime.metadata is seen from "
+                "anywhere",
+            )
+        )
     return found

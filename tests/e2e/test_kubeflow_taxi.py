@@ -31,11 +31,13 @@ import tensorflow as tf
 
 from components.baseline.served import SERVED_VERSION_PROPERTY, SERVING_MODEL_FOLDER
 from components.spans.accepted import BLESSED_KEY, TRAINED_SPANS_PROPERTY
+from pipelines import cli
 from pipelines.builder import spans
 from pipelines.core.artifact_files import ACCEPTED_SPANS_FOLDER
 from pipelines.core.paths import RUN_SUMMARY, RunPaths
 from pipelines.datasets.taxi_nights import DROPPED_COLUMN, LABEL, WEEK, write_night
 from pipelines.run.kubeflow import EXIT_HANDLER_ID, PIPELINE_DAG, job_tasks
+from pipelines.serving_state.config_files import current_entry
 from pipelines.serving_state.versions import served_versions
 from pipelines.spec.loading import load_spec
 from tests.kfp_executor import NOT_TRIGGERED, SUCCEEDED, compile_job, type_title
@@ -304,7 +306,10 @@ def test_night_4_shuffled_labels_train_but_are_not_blessed_or_pushed(nights):
     assert not _blessed(fourth)
     (pushed,) = fourth.tasks["pusher"].artifacts["pushed_model"]
     assert pushed["metadata"]["pushed"] == 0
-    assert _summary(nights, 4)["outcome"] == "not_pushed"
+    summary = _summary(nights, 4)
+    # The Pusher's own reason, as a local night gives it (its decision in the run's folder).
+    assert (summary["outcome"], summary["reason"]) == ("not_pushed", "model_not_blessed")
+    assert summary["message"] == "nothing pushed: the model did not pass the evaluation thresholds"
 
 
 def test_night_5_missing_column_is_blocked_naming_it(nights):
@@ -346,3 +351,30 @@ def test_each_night_learns_from_the_window_of_blessed_spans_as_a_local_night_doe
         for index in (1, 2, 4, 6)
     }
     assert blessed == {1: True, 2: second_blessed, 4: False, 6: True}
+
+
+# --- operations on the week's record (last: a rollback moves the labels) ----------------------
+
+
+def test_rollback_and_lineage_work_on_the_kubeflow_weeks_record(nights, capsys):
+    # The exit handler recorded each night's push in Conveyor's store: `conveyor rollback`
+    # finds the version served before the newest, and `lineage` names the spans each learned
+    # from and the move.
+    paths = nights["paths"]
+    pushed = [i for i in NIGHTS if _summary(nights, i)["outcome"] == "pushed"]
+    workdir = ["--profile", "kubeflow", "--workdir", str(paths.workdir)]
+    capsys.readouterr()
+    assert cli.main(["lineage", PIPELINE, *workdir]) == 0
+    lineage = capsys.readouterr().out
+    for version, index in enumerate(pushed, start=1):
+        run_id = nights["runs"][index].run_id
+        assert f"version {version}: pushed by run {run_id}" in lineage, lineage
+    sixth = spans.span_of_date(nights["dates"][6])
+    assert f"  spans     {sixth} ({nights['dates'][6].isoformat()})\n" in lineage
+    newest = len(pushed)
+    argv = ["rollback", PIPELINE, *workdir, "--reason", "the week's test", "--by", "ci"]
+    assert cli.main(argv) == 0, capsys.readouterr()
+    entry = current_entry(paths.serving_config_dir, paths.spec.push.model_name)
+    assert entry.labels["stable"] == newest - 1, entry
+    assert cli.main(["lineage", PIPELINE, *workdir]) == 0
+    assert "by rollback at" in capsys.readouterr().out

@@ -54,11 +54,32 @@ def test_the_window_is_a_gap_on_kubeflow_only_for_a_teams_own_run_fn():
     )
 
 
-def test_an_inferred_schema_is_a_gap_on_kubeflow_and_a_curated_one_is_not():
+def test_an_inferred_schema_is_kept_on_kubeflow_where_a_data_gate_records_it():
     curated = _codes("penguin", Orchestrator.KUBEFLOW, "schema.source=file")
     inferred = _codes("penguin", Orchestrator.KUBEFLOW, "schema.source=infer")
     assert G.ACCEPTED_SCHEMA not in curated
-    assert G.ACCEPTED_SCHEMA in inferred
+    assert G.ACCEPTED_SCHEMA not in inferred
+    # Without a data gate nothing records the schema of accepted data.
+    spec = load_spec("penguin", env="ci", overrides=["schema.source=infer"]).spec
+    ungated = spec.model_copy(
+        update={"components": [c for c in spec.components if c.type != "data_gate"]}
+    )
+    (gap,) = [g for g in gaps(ungated, Orchestrator.KUBEFLOW) if g.guarantee is G.ACCEPTED_SCHEMA]
+    assert gap.what == "schema_gen" and "inferred anew each run" in gap.how
+
+
+def test_operations_see_a_kubeflow_run_anywhere_only_through_a_mysql_store():
+    # The exit handler records the run's push in runtime.metadata: a SQLite file under the
+    # pods' workdir is seen only through that folder; a MySQL-compatible server from anywhere.
+    mysql = [
+        "runtime.metadata.kind=mysql",
+        "runtime.metadata.host=metadata.example",
+        "runtime.metadata.port=3306",
+        "runtime.metadata.database=conveyor",
+        "runtime.metadata.user=conveyor",
+    ]
+    assert G.OPERATIONS_SEE_RUNS in _codes("penguin", Orchestrator.KUBEFLOW)
+    assert G.OPERATIONS_SEE_RUNS not in _codes("penguin", Orchestrator.KUBEFLOW, *mysql)
 
 
 def test_airflow_keeps_the_resolvers_and_loses_the_lock_and_the_unchanged_answer():

@@ -147,13 +147,17 @@ def test_building_follows_the_accepted_runs_and_only_them(penguin):
     assert first in note and blocked not in note
 
 
-def test_kubeflow_infers_as_its_build_cannot_read_the_metadata(penguin):
+def test_kubeflow_chooses_the_schema_in_the_task_from_the_gates_record(penguin):
+    # The build cannot read the metadata KFP keeps: the task chooses when it runs, from the
+    # record the data gate keeps in the workdir (components/accepted_schema).
     runs = recorded(penguin)
     accepted_run(runs, "20261129T010000", SCHEMA_A)
     assert previous_schema(penguin.spec, penguin) is not None
     node, note = schema_node(penguin, "kubeflow")
-    assert type(node).__name__ == "SchemaGen"
-    assert "Kubeflow's ML Metadata" in note
+    assert type(node).__name__ == "AcceptedSchemaGen"
+    record = str(penguin.runs_dir / "accepted_schema.json")
+    assert node.exec_properties["accepted_schema_file"] == record
+    assert record in note
 
 
 def test_only_blocked_or_failed_runs_leave_the_schema_to_be_inferred(penguin):

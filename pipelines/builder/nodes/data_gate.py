@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from pipelines.builder.context import BuildContext
-from pipelines.core.artifact_files import ACCEPTED_SPANS_FOLDER
+from pipelines.core.artifact_files import ACCEPTED_SCHEMA_FILE, ACCEPTED_SPANS_FOLDER
 from pipelines.spec.components import Orchestrator
 from pipelines.spec.models import PipelineSpec
 
@@ -37,6 +37,7 @@ def build(ctx: BuildContext, node_id: str) -> None:
     # name (KFP fills the placeholders), so that the run ends BLOCKED with its findings.
     node = DataGate(
         accepted_spans_dir=records if kubeflow and kubeflow_keeps_records(ctx.spec) else None,
+        accepted_schema_file=accepted_schema_file(ctx) if kubeflow_keeps_schema(ctx) else None,
         runs_dir=str(ctx.paths.runs_dir) if kubeflow else None,
         job_name="{{$.pipeline_job_name}}" if kubeflow else None,
         job_resource_name="{{$.pipeline_job_resource_name}}" if kubeflow else None,
@@ -78,3 +79,17 @@ def accepted_spans_dir(ctx: BuildContext) -> str:
     """Where a Kubeflow build keeps the record of accepted spans: under the pipeline's runs
     folder in the workdir, which every task reaches."""
     return str(ctx.paths.runs_dir / ACCEPTED_SPANS_FOLDER)
+
+
+def kubeflow_keeps_schema(ctx: BuildContext) -> bool:
+    """Whether a build keeps the record of the last accepted run's schema: on Kubeflow, for
+    `schema.source: infer`, whose schema_gen keeps it (components/accepted_schema)."""
+    from pipelines.spec.models import SchemaSource
+
+    return ctx.target is Orchestrator.KUBEFLOW and ctx.spec.schema_.source is SchemaSource.INFER
+
+
+def accepted_schema_file(ctx: BuildContext) -> str:
+    """Where a Kubeflow build records the last accepted run's schema: beside the record of
+    accepted spans, in the workdir every task reaches."""
+    return str(ctx.paths.runs_dir / ACCEPTED_SCHEMA_FILE)

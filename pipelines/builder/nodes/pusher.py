@@ -49,6 +49,7 @@ def build(ctx: BuildContext, node_id: str) -> None:
             **_blessings_recorded(ctx),
         },
         tflite_model=tflite,
+        kubeflow_run=_decision_written(ctx),
     ).with_id(node_id)
     ctx.add(node)
     ctx.provide("pushed_model", node.outputs["pushed_model"])
@@ -64,3 +65,19 @@ def _blessings_recorded(ctx: BuildContext) -> dict:
     if ctx.target is not Orchestrator.KUBEFLOW or ctx.spec.data.window_spans <= 1:
         return {}
     return {ACCEPTED_SPANS_KEY: accepted_spans_dir(ctx)}
+
+
+def _decision_written(ctx: BuildContext) -> dict[str, str] | None:
+    """On Kubeflow: the run's folder, named by KFP's job name placeholders, where the Pusher
+    writes its decision for the exit handler to record in Conveyor's store (as the data gate
+    writes its refusal, pipelines/builder/nodes/data_gate.py)."""
+    from components.pusher import executor
+    from pipelines.spec.components import Orchestrator
+
+    if ctx.target is not Orchestrator.KUBEFLOW:
+        return None
+    return {
+        executor.RUNS_DIR_KEY: str(ctx.paths.runs_dir),
+        executor.JOB_NAME_KEY: "{{$.pipeline_job_name}}",
+        executor.JOB_RESOURCE_NAME_KEY: "{{$.pipeline_job_resource_name}}",
+    }

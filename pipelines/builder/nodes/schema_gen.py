@@ -14,8 +14,9 @@ into the schema. A run blocked at the gate is passed over: its data never become
 
 Where that schema is comes from ML Metadata, read when the pipeline is built: `conveyor run`
 reads the runner's store before it runs, an Airflow DAG whenever Airflow parses its file. A
-Kubeflow pipeline is compiled without access to the metadata KFP keeps, so there SchemaGen
-infers on every run: curate a schema for a Kubeflow pipeline.
+Kubeflow pipeline is compiled without access to the metadata KFP keeps, so there the choice is
+the task's: `components.accepted_schema` copies the schema the data gate last passed data
+against (its record in the workdir), or infers before any run was accepted.
 
 The import names the same file while the schema does not change (see
 `pipelines.core.metadata.AcceptedSchema.source_file`), so an unchanged re-run stays a cache hit; the
@@ -67,7 +68,8 @@ def previous_schema(
 def build(ctx: BuildContext, node_id: str) -> None:
     """Adds the node that provides the `schema` role, as the module docstring describes:
     ImportSchemaGen of the curated file (`schema.source: file`); for `infer`, SchemaGen on the
-    first run (and on Kubeflow, always), else ImportSchemaGen of the last accepted run's schema.
+    first run, else ImportSchemaGen of the last accepted run's schema (on Kubeflow,
+    AcceptedSchemaGen, which chooses between them when it runs).
 
     Raises:
       BuildError: the last accepted run's schema file no longer exists.
@@ -86,12 +88,20 @@ def build(ctx: BuildContext, node_id: str) -> None:
             schema_file = str(project_file(schema.path))
         node = ImportSchemaGen(schema_file=schema_file)
     elif ctx.target is Orchestrator.KUBEFLOW:
+        from components.accepted_schema.component import AcceptedSchemaGen
+        from pipelines.builder.nodes.data_gate import accepted_schema_file
+
+        record = accepted_schema_file(ctx)
         ctx.note(
             node_id,
-            "SchemaGen infers the schema on every run: the build cannot read Kubeflow's ML "
-            "Metadata for the last accepted run's schema (curate one: schema.source: file)",
+            "AcceptedSchemaGen: the schema the data gate last accepted data against, recorded "
+            f"in {record}; before any, inferred from the run's statistics",
         )
-        node = _infer(ctx, node_id)
+        node = AcceptedSchemaGen(
+            statistics=ctx.need("statistics", node_id),
+            accepted_schema_file=record,
+            infer_feature_shape=ctx.spec.transform is not None,
+        )
     else:
         previous = previous_schema(ctx.spec, ctx.paths, node_id)
         if previous is None:
