@@ -161,3 +161,22 @@ def test_secret_env_takes_references_never_values(value, problem):
         load_spec("penguin", env="kubeflow", overrides=[f"runtime.container.secret_env={value}"])
     assert "runtime.container.secret_env" in str(raised.value)
     assert problem in str(raised.value)
+
+
+def test_a_mysql_store_s_password_must_come_from_a_secret_on_kubeflow(capsys):
+    # The exit handler records the run's push in runtime.metadata: on Kubeflow the password
+    # reaches it only from a Kubernetes secret.
+    mysql = [
+        "runtime.metadata.kind=mysql",
+        "runtime.metadata.host=metadata.example",
+        "runtime.metadata.port=3306",
+        "runtime.metadata.database=conveyor",
+        "runtime.metadata.user=conveyor",
+        "runtime.metadata.password_env=CONVEYOR_MYSQL_PASSWORD",
+    ]
+    validate = ["validate", "penguin", "--profile", "kubeflow", *_set_args(mysql)]
+    assert cli.main(validate) == 1
+    err = capsys.readouterr().err
+    assert "runtime.metadata.password_env is 'CONVEYOR_MYSQL_PASSWORD', which no Kubeflow" in err
+    secret = 'runtime.container.secret_env={"CONVEYOR_MYSQL_PASSWORD": {secret: mlmd, key: pw}}'
+    assert cli.main([*validate, *_set_args([secret])]) == 0
