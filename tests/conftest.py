@@ -24,6 +24,14 @@ os.environ.setdefault("CONVEYOR_MYSQL_PASSWORD", "not-a-real-password")
 os.environ.setdefault("TF_USE_MODULAR_FILESYSTEM", "1")
 
 DATA_DIR = Path(__file__).parent / "data"
+# `--set` values of a MySQL-compatible metadata store a spec names but no test reaches.
+MYSQL_METADATA = [
+    "runtime.metadata.kind=mysql",
+    "runtime.metadata.host=metadata.example",
+    "runtime.metadata.port=3306",
+    "runtime.metadata.database=conveyor",
+    "runtime.metadata.user=conveyor",
+]
 # The suite tests Conveyor on its example project, this repository's root, from any folder (some
 # tests run commands in a temporary one); the subprocesses they start inherit it.
 os.environ.setdefault("CONVEYOR_PROJECT", str(Path(__file__).resolve().parents[1]))

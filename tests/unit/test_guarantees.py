@@ -5,6 +5,7 @@ from pipelines import cli
 from pipelines.spec.components import Orchestrator
 from pipelines.spec.guarantees import Guarantee, gaps
 from pipelines.spec.loading import load_spec
+from tests.conftest import MYSQL_METADATA
 
 G = Guarantee
 KUBEFLOW_RUN_GAPS = {
@@ -23,13 +24,12 @@ def test_a_local_night_keeps_every_guarantee():
     assert _codes("taxi", Orchestrator.LOCAL) == []
 
 
-def test_taxi_on_kubeflow_loses_its_resolvers_its_span_and_what_follows_a_run():
+def test_taxi_on_kubeflow_keeps_its_resolvers_and_its_night_and_loses_what_follows_a_run():
+    # Its spans, window, drift baseline and served model are kept by Conveyor's tasks, and a
+    # scheduled run reads its own night (pipelines/run/kubeflow_driver.py).
     codes = _codes("taxi", Orchestrator.KUBEFLOW)
     assert len(codes) == len(set(codes))  # one line per guarantee
-    assert set(codes) == {
-        G.SCHEDULED_SPAN,
-        *KUBEFLOW_RUN_GAPS,
-    }
+    assert set(codes) == KUBEFLOW_RUN_GAPS
 
 
 def test_penguin_on_kubeflow_has_no_span_or_window_to_lose_and_keeps_its_served_baseline():
@@ -71,15 +71,8 @@ def test_an_inferred_schema_is_kept_on_kubeflow_where_a_data_gate_records_it():
 def test_operations_see_a_kubeflow_run_anywhere_only_through_a_mysql_store():
     # The exit handler records the run's push in runtime.metadata: a SQLite file under the
     # pods' workdir is seen only through that folder; a MySQL-compatible server from anywhere.
-    mysql = [
-        "runtime.metadata.kind=mysql",
-        "runtime.metadata.host=metadata.example",
-        "runtime.metadata.port=3306",
-        "runtime.metadata.database=conveyor",
-        "runtime.metadata.user=conveyor",
-    ]
     assert G.OPERATIONS_SEE_RUNS in _codes("penguin", Orchestrator.KUBEFLOW)
-    assert G.OPERATIONS_SEE_RUNS not in _codes("penguin", Orchestrator.KUBEFLOW, *mysql)
+    assert G.OPERATIONS_SEE_RUNS not in _codes("penguin", Orchestrator.KUBEFLOW, *MYSQL_METADATA)
 
 
 def test_airflow_keeps_the_resolvers_and_loses_the_lock_and_the_unchanged_answer():
@@ -90,7 +83,7 @@ def test_validate_prints_one_line_per_gap_and_nothing_for_a_local_profile(capsys
     assert cli.main(["validate", "taxi", "--profile", "kubeflow"]) == 0
     lines = [line.strip() for line in capsys.readouterr().out.splitlines()]
     differs = [line for line in lines if line.startswith("differs on kubeflow: ")]
-    assert "differs on kubeflow: scheduled_span: csv_example_gen: " in "\n".join(differs)
+    assert "differs on kubeflow: unchanged_night: run: " in "\n".join(differs)
     assert len(differs) == len(_codes("taxi", Orchestrator.KUBEFLOW))
     assert cli.main(["validate", "taxi", "--profile", "local"]) == 0
     assert "differs on" not in capsys.readouterr().out

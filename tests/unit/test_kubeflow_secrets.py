@@ -14,6 +14,7 @@ from google.protobuf import json_format
 from pipelines import cli
 from pipelines.run.kubeflow import EXIT_HANDLER_ID, job_tasks, kubernetes_platform_spec
 from pipelines.spec.loading import SpecError, load_spec
+from tests.conftest import MYSQL_METADATA
 
 # What the variables hold on the machine that compiles: values that must never be compiled in.
 VALUES = {
@@ -166,14 +167,7 @@ def test_secret_env_takes_references_never_values(value, problem):
 def test_a_mysql_store_s_password_must_come_from_a_secret_on_kubeflow(capsys):
     # The exit handler records the run's push in runtime.metadata: on Kubeflow the password
     # reaches it only from a Kubernetes secret.
-    mysql = [
-        "runtime.metadata.kind=mysql",
-        "runtime.metadata.host=metadata.example",
-        "runtime.metadata.port=3306",
-        "runtime.metadata.database=conveyor",
-        "runtime.metadata.user=conveyor",
-        "runtime.metadata.password_env=CONVEYOR_MYSQL_PASSWORD",
-    ]
+    mysql = [*MYSQL_METADATA, "runtime.metadata.password_env=CONVEYOR_MYSQL_PASSWORD"]
     validate = ["validate", "penguin", "--profile", "kubeflow", *_set_args(mysql)]
     assert cli.main(validate) == 1
     err = capsys.readouterr().err
