@@ -467,9 +467,14 @@ def has_input_files(spec: PipelineSpec, input_dir: Path) -> bool:
 
 
 def check_columns(spec: PipelineSpec, provenance: Provenance, workdir: Path | None = None) -> None:
-    """Every label and feature column the trainer needs exists in the schema (or the data)."""
+    """Every label and feature column the trainer needs, and every input column batch
+    inference writes beside its predictions, exists in the schema (or the data)."""
     needed = [("trainer.label", spec.trainer.label)] + [
         (f"trainer.features[{i}].name", f.name) for i, f in enumerate(spec.trainer.features)
+    ]
+    needed += [
+        (f"inference.output_columns[{i}]", column)
+        for i, column in enumerate(spec.inference.output_columns)
     ]
     if spec.schema_.source is SchemaSource.FILE:
         schema_path = current_project().file(spec.schema_.path)

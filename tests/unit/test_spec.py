@@ -97,6 +97,15 @@ def test_missing_label_column_names_the_column_and_the_schema(tmp_path):
     )
 
 
+def test_an_inference_output_column_not_in_the_schema_is_named():
+    with pytest.raises(SpecError) as raised:
+        load_spec("penguin", overrides=['inference.output_columns=["island", "islnd"]'])
+    assert str(raised.value).startswith(
+        "--set inference.output_columns=[\"island\", \"islnd\"]: inference.output_columns[1]: "
+        "column 'islnd' is not in schemas/penguin/schema.pbtxt (columns: species, island, "
+    )
+
+
 def test_unknown_component_type_lists_the_known_ones(tmp_path):
     path = _write_spec(tmp_path, lambda d: d.update(components=[{"type": "transformer"}]))
     with pytest.raises(
