@@ -249,9 +249,11 @@ class JobExecutor:
 
     # --- the run -------------------------------------------------------------------------
 
-    def run(self, run_id: str | None = None) -> JobRun:
+    def run(self, run_id: str | None = None, scheduled_at: str = "") -> JobRun:
         """Runs every task of the job; returns what happened (it never raises for a failed
-        task: the run's state says it)."""
+        task: the run's state says it). `scheduled_at` is the time a recurring run fired
+        (RFC 3339), KFP's `{{$.pipeline_job_schedule_time_utc}}`; "" for a run started by
+        hand."""
         created = datetime.datetime.now(datetime.timezone.utc)
         name = self.spec["pipelineInfo"]["name"]
         self.run_id = run_id or f"{name}-{created.strftime('%Y%m%d%H%M%S')}"
@@ -260,7 +262,7 @@ class JobExecutor:
             "{{$.pipeline_job_resource_name}}": self._resource_name(),
             "{{$.pipeline_job_uuid}}": self.run_id,
             "{{$.pipeline_job_create_time_utc}}": created.isoformat().replace("+00:00", "Z"),
-            "{{$.pipeline_job_schedule_time_utc}}": "",
+            "{{$.pipeline_job_schedule_time_utc}}": scheduled_at,
         }
         runtime = self.job.get("runtimeConfig", {})
         root = self.local(runtime["gcsOutputDirectory"]).rstrip("/")

@@ -197,13 +197,14 @@ def serving_statistics(serving_data_dir: str):
     return tfdv.generate_statistics_from_csv(data_location=os.path.join(serving_data_dir, "*.csv"))
 
 
-def _describe_span(examples) -> str:
-    """'span 20781 (2026-11-24)' for the Examples a previous span's statistics describe."""
+def _describe_span(examples, unknown: str = "the last accepted span") -> str:
+    """'span 20781 (2026-11-24)' for Examples with a span (a previous span's, or tonight's);
+    `unknown` for none."""
     import datetime
 
-    if examples is None or not examples.has_custom_property("span"):
-        return "the last accepted span"
-    span = examples.get_int_custom_property("span")
+    span = examples_span(examples)
+    if span is None:
+        return unknown
     night = datetime.date(1970, 1, 1) + datetime.timedelta(days=span)
     return f"span {span} ({night.isoformat()})" if span > 3650 else f"span {span}"
 
@@ -252,7 +253,8 @@ def DataGate(  # noqa: N802 - TFX names components like classes
     """Raises DataGateError listing each problem; passes (and records findings) when none.
 
     `thresholds` is JSON: {"drift": {column: max}, "skew": {column: max},
-    "serving_data_dir": path or null}.
+    "serving_data_dir": path or null}. `data_description` names the data in the refusal; ""
+    names the span of `examples` (Kubeflow, where the run's range decides it).
 
     On Kubeflow, `runs_dir` (the pipeline's folder of run folders) and KFP's job name
     placeholders (`{{$.pipeline_job_name}}`, `{{$.pipeline_job_resource_name}}`) name the run's
@@ -313,8 +315,9 @@ def DataGate(  # noqa: N802 - TFX names components like classes
 
         record_accepted_schema(accepted_schema_file, schema)
     if problems:
+        described = data_description or _describe_span(examples, "its examples")
         error = DataGateError(
-            f"Data gate: the data in {input_base} ({data_description}) is not fit to train on, "
+            f"Data gate: the data in {input_base} ({described}) is not fit to train on, "
             f"so the run stopped before training and nothing was pushed. {len(problems)} "
             f"problem{'' if len(problems) == 1 else 's'}: " + " | ".join(problems),
             result,

@@ -37,6 +37,19 @@ RANGE_CONFIG_TEMPLATE = (
 DATA_DESCRIPTION_TEMPLATE = "{{ ds }} (span {{ " + SPAN_OF_LOGICAL_DATE + " }})"
 
 
+# Built for Kubeflow, a job is compiled once and its tasks cannot read the schedule: ExampleGen's
+# `range_config` is a runtime parameter of the job (this name), empty for the newest span, which
+# `conveyor submit --date` sets to that night's StaticRange (`range_config_json`).
+RANGE_PARAMETER = "range_config"
+
+
+def range_config_json(span: int) -> str:
+    """One span's RangeConfig as ExampleGen's driver reads it from a runtime parameter."""
+    import json
+
+    return json.dumps({"static_range": {"start_span_number": span, "end_span_number": span}})
+
+
 class SpanError(ValueError):
     """A night or span the command line was given does not fit the spec or the data."""
 

@@ -70,6 +70,11 @@ def register(sub) -> None:
     p.add_argument(
         "--job", metavar="FILE", help="submit this compiled job (compile's output), not a new one"
     )
+    p.add_argument(
+        "--date",
+        help="the night the run reads: YYYY-MM-DD, today or yesterday (dated spans; a backfill; "
+        "default: the newest span in the input folder)",
+    )
     add_common_options(p, profile_default="kubeflow")
     p.set_defaults(func=cmd_submit)
 
@@ -270,6 +275,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
         submit.api_token(spec)
         if args.schedule:
             submit.recurring_run_cron(spec)
+        night = submit.night_of(spec, args.date, args.schedule)
         if args.job:
             job_file = Path(args.job)
         else:
@@ -284,7 +290,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
                 loaded, target, workdir, job_file, tuple(args.set)
             ):
                 print(f"wrote {path}")
-        submitted = submit.submit(spec, job_file, host, schedule=args.schedule)
+        submitted = submit.submit(spec, job_file, host, schedule=args.schedule, night=night)
     except submit.SubmitError as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_FAILED

@@ -17,6 +17,10 @@ KFP itself needs:
   workdir);
 - the job's output directory and the nightly schedule for KFP and Vertex AI;
 - PipelineSpec schema 2.1.0, the only one open-source KFP's API server accepts;
+- the job's runtime parameters (ExampleGen's `range_config`: which night a run reads) handed
+  down to the sub-DAG that holds the pipeline's tasks, each optional; for dated spans,
+  ExampleGen's driver hook runs Conveyor's driver first (`pipelines.run.kubeflow_driver`),
+  given KFP's schedule time, so a scheduled run reads its night's span;
 - every task's environment from Kubernetes secrets (`runtime.container.secret_env`), as KFP's
   kubernetes platform spec (`platformSpec` beside the job's `pipelineSpec`) that open-source
   KFP's driver reads: names of secrets and keys only, never a value;
@@ -205,6 +209,64 @@ def _never_cached(job: dict[str, Any], pipeline) -> list[str]:
     return uncached
 
 
+def _wire_runtime_parameters(job: dict[str, Any]) -> list[str]:
+    """Hands the job's runtime parameters (ExampleGen's `range_config`, see
+    `pipelines.builder.spans.RANGE_PARAMETER`) down to the tasks that read them, and makes
+    each optional with its default.
+
+    With an exit handler TFX 1.16 nests the pipeline's tasks in the `tfx-dag` sub-DAG but
+    declares the parameters on the root only, so KFP could not resolve a task's
+    `componentInputParameter`; and it leaves out a default of "" (a falsy value), so KFP would
+    require one at every submission. Returns the parameters wired."""
+    pipeline = job["pipelineSpec"]
+    parameters = pipeline["root"].get("inputDefinitions", {}).get("parameters", {})
+    for definition in parameters.values():
+        definition.setdefault("defaultValue", "")
+        definition["isOptional"] = True
+    dag_task = pipeline["root"]["dag"]["tasks"].get(PIPELINE_DAG)
+    if parameters and dag_task is not None:
+        component = pipeline["components"][dag_task["componentRef"]["name"]]
+        declared = component.setdefault("inputDefinitions", {}).setdefault("parameters", {})
+        passed = dag_task.setdefault("inputs", {}).setdefault("parameters", {})
+        for name, definition in parameters.items():
+            declared[name] = {"parameterType": definition["parameterType"], "isOptional": True}
+            passed[name] = {"componentInputParameter": name}
+    return sorted(parameters)
+
+
+def _drive_example_gen(job: dict[str, Any], spec: PipelineSpec) -> list[str]:
+    """For dated spans: ExampleGen's driver hook runs Conveyor's driver first
+    (`pipelines.run.kubeflow_driver`), told the spec's zone, and the task gets KFP's schedule
+    time as `scheduled_at`, so a scheduled run reads its night's span. Returns those tasks."""
+    from pipelines.run import kubeflow_driver
+
+    if not spec.data.dated_spans:
+        return []
+    pipeline = job["pipelineSpec"]
+    executors = pipeline["deploymentSpec"]["executors"]
+    driven = []
+    for task, task_spec in job_tasks(pipeline).items():
+        component = pipeline["components"][task_spec["componentRef"]["name"]]
+        container = executors[component["executorLabel"]].get("container", {})
+        hook = container.get("lifecycle", {}).get("preCacheCheck")
+        if hook is None or hook.get("command", [])[-1:] != [kubeflow_driver.TFX_DRIVER]:
+            continue
+        hook["command"] = [
+            "python",
+            "-m",
+            kubeflow_driver.__name__,
+            f"{kubeflow_driver.TIMEZONE_FLAG}{spec.schedule.timezone}",
+        ]
+        declared = component.setdefault("inputDefinitions", {}).setdefault("parameters", {})
+        declared[kubeflow_driver.SCHEDULED_AT] = {"parameterType": "STRING", "isOptional": True}
+        passed = task_spec.setdefault("inputs", {}).setdefault("parameters", {})
+        passed[kubeflow_driver.SCHEDULED_AT] = {
+            "runtimeValue": {"constant": "{{$.pipeline_job_schedule_time_utc}}"}
+        }
+        driven.append(task)
+    return driven
+
+
 def kubernetes_platform_spec(job: dict[str, Any], spec: PipelineSpec) -> dict[str, Any]:
     """KFP's kubernetes platform spec giving every container task the profile's secret env,
     encoded as kfp-kubernetes's `use_secret_as_env` encodes it (one `secretAsEnv` per secret,
@@ -326,6 +388,8 @@ def compile_pipeline(loaded: LoadedSpec, workdir: str, output: Path) -> list[Pat
     job = runner.run(pipeline, write_out=False)
     _fill_missing_resources(job, spec)
     _never_cached(job, pipeline)
+    _wire_runtime_parameters(job)
+    _drive_example_gen(job, spec)
     runtime_config = job.setdefault("runtimeConfig", {})
     runtime_config["gcsOutputDirectory"] = _gcs_uri(
         runtime_config.get(

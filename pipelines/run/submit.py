@@ -5,7 +5,8 @@ which speaks the API's v2beta1 REST calls).
 The job is the file `conveyor compile` writes (`pipelines.run.kubeflow`): its `pipelineSpec`
 and, when the profile names secret env, its kubernetes `platformSpec` go to KFP as the package
 KFP's own compiler writes (a PipelineSpec document, then the platform spec document), with the
-job's output directory as the pipeline root and its runtime parameters as the run's. The
+job's output directory as the pipeline root and its runtime parameters as the run's
+(`--date D` sets ExampleGen's range to that night's span: a backfill). The
 recurring run takes the spec's `schedule`: KFP's cron has a seconds field, fires in UTC and
 runs one night at a time. The host is `--host` or `runtime.kubeflow.host`; a bearer token comes
 only from the environment variable `runtime.kubeflow.token_env` names.
@@ -155,6 +156,29 @@ def _existing_recurring_runs(client, experiment_id: str, display_name: str) -> l
     return [run.recurring_run_id for run in runs if run.display_name == display_name]
 
 
+def night_of(spec: PipelineSpec, date: str | None, schedule: bool) -> datetime.date | None:
+    """The night `--date` names (a backfill), or None for the newest span.
+
+    Raises:
+      SubmitError: a night for a spec without dated spans, for a recurring run, or not a date.
+    """
+    if date is None:
+        return None
+    from pipelines.builder import spans
+
+    if schedule:
+        raise SubmitError("--date makes one run of that night; a recurring run takes no --date")
+    if not spec.data.dated_spans:
+        raise SubmitError(
+            f"--date {date}: {spec.name}'s data.span_pattern has no {{YYYY}}-{{MM}}-{{DD}}: "
+            "a run reads the newest span"
+        )
+    try:
+        return spans.parse_night(date, zone=spec.schedule.timezone)
+    except spans.SpanError as err:
+        raise SubmitError(str(err)) from None
+
+
 def submit(
     spec: PipelineSpec,
     job_file: Path,
@@ -162,6 +186,7 @@ def submit(
     schedule: bool = False,
     environ: Mapping[str, str] = os.environ,
     now: datetime.datetime | None = None,
+    night: datetime.date | None = None,
 ) -> Submitted:
     """Creates a run of the compiled job now, or with `schedule` the nightly recurring run.
 
@@ -173,6 +198,8 @@ def submit(
         the experiment already holds a recurring run of that name: two would run each night.
       environ: where the token's variable is read.
       now: the time a run's name carries (default: now, UTC).
+      night: the night the run reads (`night_of`): ExampleGen's runtime parameter
+        (`pipelines.builder.spans.RANGE_PARAMETER`) set to its span; None: the newest span.
 
     Raises:
       SubmitError: no token where one is named, a schedule KFP cannot keep, a job of another
@@ -187,6 +214,13 @@ def submit(
     runtime_config = job.get("runtimeConfig", {})
     pipeline_root = runtime_config.get("gcsOutputDirectory")
     parameters = runtime_config.get("parameterValues") or None
+    if night is not None:
+        from pipelines.builder import spans
+
+        parameters = {
+            **(parameters or {}),
+            spans.RANGE_PARAMETER: spans.range_config_json(spans.span_of_date(night)),
+        }
     with tempfile.TemporaryDirectory(prefix="conveyor-submit-") as folder:
         package = Path(folder) / f"{spec.name}.yaml"
         package.write_text(kfp_package(job))

@@ -25,7 +25,6 @@ class Guarantee(str, enum.Enum):
 
     ACCEPTED_SCHEMA = "accepted_schema"  # an inferred schema is the last accepted run's
     TRAINING_WINDOW = "training_window"  # the Trainer learns from the spec's window of spans
-    SCHEDULED_SPAN = "scheduled_span"  # a night reads its own span (backfills too)
     UNCHANGED_NIGHT = "unchanged_night"  # unchanged inputs answer UNCHANGED from a record
     ONE_RUN_AT_A_TIME = "one_run_at_a_time"  # the workdir's lock, and reconcile before a run
     OPERATIONS_SEE_RUNS = "operations_see_runs"  # bless/rollback/lineage read the run's record
@@ -123,16 +122,6 @@ def gaps(spec: Any, target: Orchestrator) -> list[Gap]:
                 continue  # Conveyor's Trainer reads the window from the record of spans
             how = "no node: the team's run_fn reads tonight's span only"
         found.append(Gap(guarantee, component.id, how))
-    if target is Orchestrator.KUBEFLOW and spec.data.dated_spans:
-        found.append(
-            Gap(
-                Guarantee.SCHEDULED_SPAN,
-                "csv_example_gen",
-                "ExampleGen's driver reads the newest span in the input folder, not the "
-                "scheduled night's: no backfill, and a night whose data has not landed reads "
-                "the night before's again",
-            )
-        )
     found += [Gap(guarantee, "run", how) for guarantee, how in _RUN_GAPS.get(target, ())]
     if target is Orchestrator.KUBEFLOW and spec.runtime.metadata.kind.value == "sqlite":
         found.append(

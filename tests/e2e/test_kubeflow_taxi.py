@@ -14,10 +14,14 @@ night blocked at the data gate, the shuffled labels not blessed, the missing col
 the last night pushed.
 
 What the compiled job guarantees differs from `conveyor run` (pipelines.spec.components says
-so for each resolver): its ExampleGen has no range, so it reads the newest span in the bucket;
-no resolver finds earlier spans: the data gate keeps a record of the spans it accepts in the
-workdir and measures drift from the last one, and the Trainer adds the window's earlier spans
-whose night was blessed (components/spans/accepted.py).
+so for each resolver): Conveyor's driver decides ExampleGen's range when the run starts: the
+newest span for a run started by hand (each night here), the night before the schedule time
+for a scheduled run (the last run here); no resolver finds earlier spans: the data gate keeps
+a record of the spans it accepts in the workdir and measures drift from the last one, and the
+Trainer adds the window's earlier spans whose night was blessed (components/spans/accepted.py).
+
+The exit handler records each night's push in Conveyor's store: the week ends with `conveyor
+lineage` and `rollback` on that record.
 """
 
 import datetime
@@ -90,7 +94,7 @@ def nights(tmp_path_factory):
         runs[index] = executor.run(f"taxi-night-{index}")
         seconds[f"night {index}"] = time.monotonic() - started
     print(", ".join(f"{step} {s:.0f} s" for step, s in seconds.items()))
-    return {"job": job, "paths": paths, "runs": runs, "dates": dates}
+    return {"job": job, "paths": paths, "runs": runs, "dates": dates, "executor": executor}
 
 
 def _summary(nights, index: int) -> dict:
@@ -378,3 +382,19 @@ def test_rollback_and_lineage_work_on_the_kubeflow_weeks_record(nights, capsys):
     assert entry.labels["stable"] == newest - 1, entry
     assert cli.main(["lineage", PIPELINE, *workdir]) == 0
     assert "by rollback at" in capsys.readouterr().out
+
+
+def test_a_scheduled_run_reads_its_night_not_the_newest(nights):
+    # A recurring run fired at 02:00 UTC on the day after night 2 (KFP's schedule time, which
+    # compile hands ExampleGen's driver) reads night 2's span though night 6's is the newest,
+    # and the gate measures drift from the span accepted before it, night 1's. A backfill
+    # (`conveyor submit --date`, the range_config parameter) takes the same path
+    # (tests/unit/test_kubeflow_driver.py).
+    second, first = nights["dates"][2], nights["dates"][1]
+    fired = f"{second + datetime.timedelta(days=1)}T02:00:00.123456789Z"
+    rerun = nights["executor"].run("taxi-scheduled-night-2", scheduled_at=fired)
+    assert rerun.failed() == [], {n: rerun.tasks[n].error for n in rerun.failed()}
+    assert _examples_span(rerun) == spans.span_of_date(second)
+    (artifact,) = rerun.tasks["data_gate"].artifacts["findings"]
+    findings = json.loads((Path(artifact["uri"]) / "findings.json").read_text())
+    assert findings["drift_against"] == f"span {spans.span_of_date(first)} ({first.isoformat()})"

@@ -1,7 +1,7 @@
 """What the data gate is told on each target: on Kubeflow, where no resolver finds the last
 accepted span (KFP runs only its own strategies), where the record of accepted spans it keeps
-lies (tests/unit/test_accepted_spans.py), and that its data is the newest span, which
-ExampleGen's driver takes (it said "all input files")."""
+lies (tests/unit/test_accepted_spans.py), and that it names the span of the examples it
+judges, which the run's range decides (it said "all input files")."""
 
 import json
 
@@ -25,7 +25,7 @@ def test_on_kubeflow_the_gate_keeps_its_record_in_the_workdir_and_reads_the_newe
     assert limits["drift"] == {"fare": 0.25, "payment_type": 0.1, "company": 0.1}
     runs_dir = RunPaths(tmp_path, load_spec("taxi", env="ci").spec).runs_dir
     assert properties["accepted_spans_dir"] == str(runs_dir / ACCEPTED_SPANS_FOLDER)
-    assert properties["data_description"] == "the newest span"
+    assert properties["data_description"] == ""  # the gate names the span it judges
 
 
 def test_locally_the_gate_has_its_drift_baseline_and_the_night_it_reads(tmp_path):

@@ -368,6 +368,14 @@ def test_an_api_refusal_is_one_error_line(submitted_run, tmp_path, capsys):
             "'UNSET_KFP_TOKEN', which is unset or empty",
         ),
         (["--host", "http://user:password@127.0.0.1:1"], "--host: host"),
+        (
+            ["--host", "http://127.0.0.1:1", "--date", "2026-11-25"],
+            "penguin's data.span_pattern has no {YYYY}-{MM}-{DD}",
+        ),
+        (
+            ["--host", "http://127.0.0.1:1", "--schedule", "--date", "2026-11-25"],
+            "a recurring run takes no --date",
+        ),
     ],
 )
 def test_what_cannot_be_submitted_fails_before_compiling(extra, message, tmp_path, capsys):
@@ -383,3 +391,21 @@ def test_a_job_of_another_pipeline_is_refused(kfp_api, tmp_path, capsys):
     assert cli.main(argv) == 1
     assert "is pipeline 'taxi''s job, not 'penguin''s" in capsys.readouterr().err
     assert kfp_api.requests == []
+
+
+def test_a_backfill_run_reads_the_night_it_names(kfp_api, tmp_path, capsys):
+    # Taxi's nights are dated spans: the compiled job's ExampleGen reads the newest span unless
+    # the run's range_config parameter names one; --date sets it to that night's span.
+    argv = ["submit", "taxi", "--profile", "kubeflow", "--host", kfp_api.url, *ALERT_SECRET_ENV]
+    assert cli.main([*argv, "--date", "2026-11-25"]) == 0, capsys.readouterr().err
+    job = json.loads((tmp_path / "workdir" / "compiled" / "kubeflow" / "taxi.json").read_text())
+    root = job["pipelineSpec"]["root"]["inputDefinitions"]["parameters"]
+    assert root["range_config"] == {
+        "defaultValue": "",
+        "isOptional": True,
+        "parameterType": "STRING",
+    }
+    (run,) = kfp_api.bodies("POST", "/apis/v2beta1/runs")
+    span = 20782  # days from 1970-01-01 to 2026-11-25
+    range_config = json.loads(run["runtime_config"]["parameters"]["range_config"])
+    assert range_config == {"static_range": {"start_span_number": span, "end_span_number": span}}

@@ -57,14 +57,15 @@ def build(ctx: BuildContext, node_id: str) -> None:
 
 def _data_description(ctx: BuildContext) -> str:
     """How the gate's error names the data: the DAG run's night (Airflow), the pinned span, or,
-    for spans with none pinned (Kubeflow), the newest span, which ExampleGen's driver takes."""
+    for spans with none pinned (Kubeflow, whose ExampleGen reads the newest span or the one the
+    run's range_config names), "": the gate names the span of the examples it judges."""
     from pipelines.builder import spans
 
     data = ctx.spec.data
     if ctx.target is Orchestrator.AIRFLOW and data.dated_spans:
         return spans.DATA_DESCRIPTION_TEMPLATE
     if data.span_pattern and ctx.span is None:
-        return "the newest span"
+        return ""
     return spans.describe(ctx.spec, ctx.span)
 
 

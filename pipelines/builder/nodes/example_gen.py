@@ -39,6 +39,17 @@ def required_columns(spec: PipelineSpec) -> dict[str, str]:
     return required
 
 
+def night_parameter():
+    """ExampleGen's `range_config` on Kubeflow: the job's runtime parameter
+    `spans.RANGE_PARAMETER`, empty by default (the driver reads the newest span) and set to one
+    night's range by `conveyor submit NAME --date D` (`spans.range_config_json`)."""
+    from tfx.orchestration import data_types
+
+    from pipelines.builder.spans import RANGE_PARAMETER
+
+    return data_types.RuntimeParameter(name=RANGE_PARAMETER, ptype=str, default="")
+
+
 def build(ctx: BuildContext, node_id: str) -> None:
     """Adds the ExampleGen that reads the input into `data.splits`, and publishes its
     `examples`.
@@ -68,7 +79,9 @@ def build(ctx: BuildContext, node_id: str) -> None:
         )
         # Built for Airflow, the range is the DAG run's night (templated below).
         span = 0 if ctx.target is Orchestrator.AIRFLOW and data.dated_spans else ctx.span
-        if span is not None:
+        if ctx.target is Orchestrator.KUBEFLOW and span is None:
+            spanned["range_config"] = night_parameter()
+        elif span is not None:
             spanned["range_config"] = range_config_pb2.RangeConfig(
                 static_range=range_config_pb2.StaticRange(
                     start_span_number=span, end_span_number=span
