@@ -332,6 +332,8 @@ def finish_final_status(
         echo(line)
 
     result = finish_run(facts, heard)
+    if workdir and facts.run_id:
+        _release_lock(facts, heard)
     name = facts.spec.name
     if not result.alerts:
         return f"{name}: the run succeeded; no alert"
@@ -348,6 +350,20 @@ def finish_final_status(
         elif missed is not None:  # "warning: no run folder|report written: <why>"
             written = "; no report written: " + missed.split(" written: ", 1)[-1]
     return f"{name}: {result.outcome.verdict}: {result.message}; {sent}{written}"
+
+
+def _release_lock(facts, echo) -> None:
+    """Releases the pipeline's lock the run's first task took (`components.run_lock`), if
+    this run holds it; a lock that cannot be released is said (it expires after
+    `runtime.concurrency.hold_seconds`)."""
+    from pipelines.core import job_lock
+
+    lock = job_lock.lock_uri(str(facts.paths.runs_dir))
+    try:
+        if job_lock.release(lock, report_run_id(facts.run_id)):
+            echo(f"lock: released {lock}")
+    except OSError as err:
+        echo(f"warning: {lock} not released ({err}); it expires after hold_seconds")
 
 
 def alert_final_status(final_status: str, resolved_spec: str, workdir: str = "") -> str:

@@ -86,10 +86,20 @@ def build_pipeline(
         span = spans.span_of_date(night)
     paths = RunPaths(workdir=as_path(workdir).resolve(), spec=spec)
     ctx = build_nodes(spec, paths, target, span)
+    nodes = list(ctx.nodes)
+    if ctx.target is Orchestrator.KUBEFLOW:
+        # No process lives through a Kubeflow run to hold the lock of one run at a time: its
+        # first task takes it, and the exit handler releases it (components/run_lock).
+        from components.run_lock.component import run_lock_node
+
+        lock = run_lock_node(spec, str(paths.runs_dir))
+        for node in nodes:
+            node.add_upstream_node(lock)
+        nodes.insert(0, lock)
     return Pipeline(
         pipeline_name=spec.name,
         pipeline_root=str(paths.pipeline_root),
-        components=ctx.nodes,
+        components=nodes,
         enable_cache=spec.runtime.enable_cache,
         metadata_connection_config=metadata_connection_config,
         beam_pipeline_args=list(spec.runtime.beam_args),

@@ -1,9 +1,11 @@
 """Kubeflow Pipelines v2 / Vertex AI: the pipeline built for Kubeflow, compiled to a PipelineJob.
 
-The builder builds for the Kubeflow target (`target=Orchestrator.KUBEFLOW`): each node's build
-function decides what it is there (the served-model resolvers become Conveyor's ServedModel
-component, which reads the serving folder; the span resolvers are no node at all; the curated
-schema is read from the image; see `pipelines.spec.components`). This module adds only what
+The builder builds for the Kubeflow target (`target=Orchestrator.KUBEFLOW`): a first task,
+`run_lock` (`components.run_lock`), takes the pipeline's lock of one run at a time, which the
+exit handler releases; each node's build function decides what it is there (the served-model
+resolvers become Conveyor's ServedModel component, which reads the serving folder; the span
+resolvers are no node at all; the curated schema is read from the image; see
+`pipelines.spec.components`). This module adds only what
 KFP itself needs:
 
 - each node's container gets the profile's resources (`runtime.container.resources`: `default`,
@@ -191,6 +193,7 @@ def _never_cached(job: dict[str, Any], pipeline) -> list[str]:
     from components.accepted_schema.component import AcceptedSchemaGen
     from components.baseline.served import ServedModel
     from components.data_gate.component import DataGate
+    from components.run_lock.component import RunLock
 
     def records(node) -> bool:
         keys = ("accepted_spans_dir", "accepted_schema_file")
@@ -199,7 +202,7 @@ def _never_cached(job: dict[str, Any], pipeline) -> list[str]:
     stateful = {
         node.id
         for node in pipeline.components
-        if isinstance(node, (ServedModel, AcceptedSchemaGen)) or records(node)
+        if isinstance(node, (ServedModel, AcceptedSchemaGen, RunLock)) or records(node)
     }
     uncached = []
     for task, task_spec in job_tasks(job["pipelineSpec"]).items():

@@ -52,8 +52,9 @@ _RUN_GAPS: dict[Orchestrator, tuple[tuple[Guarantee, str], ...]] = {
         ),
         (
             Guarantee.ONE_RUN_AT_A_TIME,
-            "no lock and no reconcile before a run: the recurring run's max concurrency of 1 "
-            "keeps scheduled nights apart, not runs started by hand",
+            "no reconcile before a run; the run's first task takes a lock of its own "
+            "(released by the exit handler), which a `conveyor run` of the same workdir does "
+            "not share",
         ),
     ),
     Orchestrator.AIRFLOW: (

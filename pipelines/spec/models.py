@@ -1211,6 +1211,13 @@ class ConcurrencySpec(StrictModel):
         "renewal for this long, by its own clock. A holder stalled longer than this loses the "
         "lock and stops its run.",
     )
+    hold_seconds: int = Field(
+        default=24 * 3600,
+        ge=60,
+        description="Kubeflow only: how long a run's lock counts as held when its exit handler "
+        "never released it (a cluster lost mid-run). A Kubeflow run's first task takes the "
+        "lock and its exit handler releases it; no task lives through the run to renew it.",
+    )
 
 
 class MetricsSpec(StrictModel):

@@ -115,3 +115,21 @@ def test_a_lease_whose_object_is_changed_under_its_holder_is_lost(key):
     assert lost[0].startswith(f"the lock {key} was lost: its object changed or is gone")
     assert holder.release().startswith("not removed: its object changed")
     assert storage.read_bytes(key) == b'{"what": "another run"}'  # the other's, kept
+
+
+def test_a_kubeflow_runs_lock_in_a_bucket_is_held_released_and_expires(key):
+    # pipelines/core/job_lock.py on the store's conditional requests (a Kubeflow workdir
+    # mounted at /gcs/ is the same object): one run holds it, another is told which, only the
+    # holder releases it, and one never released is taken over after hold_seconds.
+    from pipelines.core import job_lock
+
+    assert job_lock.take(key, "taxi-night-1", 60, now=1000.0) is None
+    assert job_lock.take(key, "taxi-night-1", 60, now=1001.0) is None
+    assert job_lock.take(key, "taxi-backfill", 60, now=1002.0).job == "taxi-night-1"
+    assert not job_lock.release(key, "taxi-backfill")
+    assert job_lock.release(key, "taxi-night-1")
+    assert not storage.exists(key)
+    assert job_lock.take(key, "taxi-lost", 60, now=2000.0) is None
+    assert job_lock.take(key, "taxi-next", 60, now=2061.0) is None  # expired: taken over
+    assert not job_lock.release(key, "taxi-lost")
+    assert json.loads(storage.read_bytes(key))["job"] == "taxi-next"

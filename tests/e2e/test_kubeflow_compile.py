@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from google.protobuf import json_format
 
+from components.run_lock.component import RUN_LOCK_ID
 from pipelines import cli
 from pipelines.builder.pipeline import build_pipeline
 from pipelines.core.project import find_project
@@ -102,6 +103,10 @@ def test_the_task_graph_is_the_specs(compiled, name, tmp_path):
     tasks = job_tasks(job["pipelineSpec"])
     graph = {task: set(spec.get("dependentTasks", [])) for task, spec in tasks.items()}
     assert graph.pop(EXIT_HANDLER_ID) == {PIPELINE_DAG}  # after the pipeline's own tasks
+    # Every task runs after the one that takes the pipeline's lock (components/run_lock).
+    assert graph.pop(RUN_LOCK_ID) == set()
+    assert all(RUN_LOCK_ID in upstream for upstream in graph.values())
+    graph = {task: upstream - {RUN_LOCK_ID} for task, upstream in graph.items()}
     assert graph == _expected_dependencies(name, tmp_path)
     # The data gate still stops training: the trainer waits for it.
     assert "data_gate" in graph["trainer"]
@@ -114,7 +119,7 @@ def test_image_commands_beam_args_and_resources_are_the_profiles(compiled, name)
     containers = _executors(job)
     assert set(containers) == {c.id for c in load_spec(name).spec.components} - (
         BYPASSED_RESOLVERS
-    ) | {EXIT_HANDLER_ID}
+    ) | {EXIT_HANDLER_ID, RUN_LOCK_ID}
     for task, container in containers.items():
         assert container["image"] == runtime.container.image, task
         assert container["command"] == executor_command(_custom_types(job)), task
@@ -269,6 +274,8 @@ def test_the_served_model_and_data_gate_tasks_never_come_from_the_cache(compiled
     if spec.data.drift:
         assert tasks["data_gate"]["cachingOptions"] == {"enableCache": False}
         served = served | {"data_gate"}
+    # Nor the lock's: holding it is not a result to reuse.
+    assert tasks[RUN_LOCK_ID]["cachingOptions"] == {"enableCache": False}
     cached = spec.runtime.enable_cache
-    for task in set(tasks) - served - {EXIT_HANDLER_ID}:
+    for task in set(tasks) - served - {EXIT_HANDLER_ID, RUN_LOCK_ID}:
         assert tasks[task].get("cachingOptions", {}).get("enableCache", False) is cached, task

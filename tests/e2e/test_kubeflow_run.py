@@ -23,6 +23,7 @@ import tensorflow as tf
 
 from components.accepted_schema.component import SCHEMA_FROM_PROPERTY
 from pipelines import cli
+from pipelines.core import job_lock
 from pipelines.core.paths import RUN_SUMMARY, RunPaths
 from pipelines.run.kubeflow import EXIT_HANDLER_ID, PIPELINE_DAG, job_tasks
 from pipelines.serving_state.versions import model_digest, served_versions
@@ -39,6 +40,7 @@ def _ci_sizes() -> list[str]:
     ci = load_spec(PIPELINE, env="ci").spec
     return [
         "schema.source=infer",
+        "runtime.concurrency.when_busy=refuse",  # a busy run fails at once (the last test)
         f"trainer.train_steps={ci.trainer.train_steps}",
         f"trainer.eval_steps={ci.trainer.eval_steps}",
         f"runtime.beam_args={json.dumps(list(ci.runtime.beam_args))}",
@@ -150,6 +152,9 @@ def test_the_exit_handler_recorded_the_push(bucket, first_night):
     summary = _summary(bucket, first_night)
     assert summary["outcome"] == "pushed", summary
     assert summary["reason"] == "pushed"
+    # The run's first task took the pipeline's lock; its exit handler released it.
+    assert first_night.tasks["run_lock"].state == SUCCEEDED
+    assert not Path(job_lock.lock_uri(str(bucket["paths"].runs_dir))).exists()
 
 
 def test_lineage_and_models_see_the_kubeflow_run(bucket, first_night, capsys):
@@ -198,3 +203,28 @@ def test_a_night_without_a_column_stops_at_the_data_gate(bucket, first_night):
     assert "flipper_length_mm" in summary["message"]
     columns = {row["column"] for row in summary["data_gate"]["anomalies"]}
     assert columns == {"flipper_length_mm"}, summary["data_gate"]
+
+
+def test_a_run_while_another_holds_the_lock_fails_first_naming_it(bucket, first_night):
+    # Another run of the pipeline (a backfill started by hand, say) holds the lock: this one
+    # stops at its first task, before reading data or touching serving, and the lock stays
+    # the other run's (runtime.concurrency.when_busy: refuse; `wait` waits for it).
+    paths = bucket["paths"]
+    lock = job_lock.lock_uri(str(paths.runs_dir))
+    assert job_lock.take(lock, "penguin-elsewhere", 3600) is None
+    versions = served_versions(str(paths.serving_dir))
+    try:
+        busy = bucket["executor"].run("penguin-busy")
+        assert busy.failed() == ["run_lock"]
+        assert "the pipeline is busy: Kubeflow run penguin-elsewhere since" in (
+            busy.tasks["run_lock"].error
+        )
+        for name in ("csv_example_gen", "trainer", "pusher"):
+            assert busy.tasks[name].state == "NOT_TRIGGERED", name
+        assert busy.tasks[EXIT_HANDLER_ID].state == SUCCEEDED
+        summary = _summary(bucket, busy)
+        assert (summary["outcome"], summary["reason"]) == ("failed", "component_failed")
+        assert served_versions(str(paths.serving_dir)) == versions
+        assert job_lock.take(lock, "penguin-next", 3600).job == "penguin-elsewhere"
+    finally:
+        job_lock.release(lock, "penguin-elsewhere")

@@ -101,7 +101,7 @@ def test_an_inference_output_column_not_in_the_schema_is_named():
     with pytest.raises(SpecError) as raised:
         load_spec("penguin", overrides=['inference.output_columns=["island", "islnd"]'])
     assert str(raised.value).startswith(
-        "--set inference.output_columns=[\"island\", \"islnd\"]: inference.output_columns[1]: "
+        '--set inference.output_columns=["island", "islnd"]: inference.output_columns[1]: '
         "column 'islnd' is not in schemas/penguin/schema.pbtxt (columns: species, island, "
     )
 
