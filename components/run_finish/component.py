@@ -331,9 +331,11 @@ def finish_final_status(
         said.append(str(line))
         echo(line)
 
-    result = finish_run(facts, heard)
-    if workdir and facts.run_id:
-        _release_lock(facts, heard)
+    try:
+        result = finish_run(facts, heard)
+    finally:  # whatever the report and the alert did: a lock left held stops the next nights
+        if workdir and facts.run_id:
+            _release_lock(facts, heard)
     name = facts.spec.name
     if not result.alerts:
         return f"{name}: the run succeeded; no alert"
