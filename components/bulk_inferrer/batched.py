@@ -70,9 +70,14 @@ class PredictBatches(beam.DoFn):
         self._input = ""
 
     def setup(self) -> None:
-        """Loads the SavedModel once per worker."""
+        """Loads the SavedModel once per worker (from a bucket too: TensorFlow's s3:// comes
+        with tensorflow-io, which importing TensorFlow does not load)."""
         import tensorflow as tf
 
+        from pipelines.core import storage
+
+        if storage.is_remote(self._model_dir):
+            storage.register_tensorflow_filesystems()
         function = tf.saved_model.load(self._model_dir).signatures[self._signature]
         inputs = function.structured_input_signature[1]
         if len(inputs) != 1 or next(iter(inputs.values())).dtype != tf.string:

@@ -36,6 +36,7 @@ from pipelines.core.failpoints import ENV as FAILPOINT
 from pipelines.core.failpoints import PAUSE_ENV
 from pipelines.core.paths import FRAMEWORK_ROOT
 from tests.cut_proxy import CutProxy
+from tests.e2e.test_bulk_inferrer import PENGUIN_ROWS
 from tests.gcs_tls_proxy import GcsTlsProxy
 from tests.serving_server import serving, wait_for
 from tests.storage_emulators import GCS_BUCKET, S3_BUCKET
@@ -127,6 +128,20 @@ def test_the_run_record_is_in_the_bucket_and_only_metadata_is_local(bucket_night
     # The lock was the bucket's while the run held it, and is gone with the run.
     assert not storage.exists(f"{runs.workdir}/runs/penguin/.lock")
     assert not [name for name in local if name.endswith(".lock")], local
+
+
+def test_conveyor_infer_predicts_the_buckets_rows_into_the_bucket(bucket_night):
+    # Batch inference on a workdir in a bucket: the served version read from it, the rows
+    # read from it, the PredictionLogs and bad_rows.csv written into it.
+    runs, _ = bucket_night
+    inferred = runs.run("infer")
+    assert inferred.returncode == 0, _out(inferred)
+    (output,) = storage.listdir(f"{runs.workdir}/inference/penguin")
+    written = storage.list_files(f"{runs.workdir}/inference/penguin/{output}")
+    assert [name for name in written if name.startswith("prediction_logs")], written
+    assert f"predicted {PENGUIN_ROWS} rows of all input files with version 1" in (
+        inferred.stdout
+    ), _out(inferred)
 
 
 def test_an_unchanged_rerun_answers_from_the_objects_metadata(bucket_night):
