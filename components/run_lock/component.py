@@ -1,5 +1,6 @@
 """A Kubeflow run's first task: takes the pipeline's lock of one run at a time
-(`pipelines.core.job_lock`), which the run's exit handler releases (`components.run_finish`).
+(`pipelines.core.job_lock`), which the run's exit handler releases (`components.run_finish`),
+then reconciles serving with the record the exit handlers keep in `runtime.metadata`.
 
 Every task of the job runs after it (`pipelines.run.kubeflow` makes each depend on it), so a
 second run of the pipeline on the same workdir (a run started by hand, a backfill, while the
@@ -60,6 +61,23 @@ def take_or_wait(
         sleep(min(POLL_SECONDS, left))
 
 
+def reconcile_serving(resolved_spec: str, workdir: str) -> None:
+    """Puts serving back in step with the record in `runtime.metadata` before the run, as
+    `conveyor run` and Airflow's first task do (`serving_state.reconcile`): a version newer
+    than every push the store recorded (a run whose exit handler never recorded its push) is
+    moved out of TF Serving's sight, and the labels go back where the record put them. With
+    no run recorded yet it only clears what a killed push left behind."""
+    import json
+
+    from pipelines import serving_state
+    from pipelines.core.object_path import as_path
+    from pipelines.core.paths import RunPaths
+    from pipelines.spec.models import PipelineSpec
+
+    spec = PipelineSpec.model_validate(json.loads(resolved_spec))
+    serving_state.reconcile(RunPaths(as_path(workdir), spec), lambda line: print(line, flush=True))
+
+
 @component
 def RunLock(  # noqa: N802 - TFX names components like classes
     lock: Parameter[str],
@@ -68,29 +86,37 @@ def RunLock(  # noqa: N802 - TFX names components like classes
     hold_seconds: Parameter[int],
     when_busy: Parameter[str],
     wait_seconds: Parameter[int],
+    resolved_spec: Parameter[str],
+    workdir: Parameter[str],
 ) -> None:
     """Takes the lock for this run (named as the exit handler names it, from KFP's job name
-    placeholders), or waits, or fails naming the run that holds it (`take_or_wait`)."""
+    placeholders), or waits, or fails naming the run that holds it (`take_or_wait`); then,
+    holding it, reconciles serving with the record (`reconcile_serving`)."""
     from components.run_finish.component import report_run_id
 
     resolved = [n for n in (job_resource_name, job_name) if n and not n.startswith("{{")]
     if not resolved:
         print("conveyor: KFP named no job: the run takes no lock", flush=True)
-        return
-    take_or_wait(lock, report_run_id(resolved[0]), hold_seconds, when_busy, wait_seconds)
+    else:
+        take_or_wait(lock, report_run_id(resolved[0]), hold_seconds, when_busy, wait_seconds)
+    reconcile_serving(resolved_spec, workdir)
 
 
 RUN_LOCK_ID = "run_lock"
 
 
-def run_lock_node(spec, runs_dir: str):
+def run_lock_node(spec, paths):
     """The RunLock node of a Kubeflow build (`spec.runtime.concurrency` says how long it holds
     and whether a busy run waits); the builder makes every other node run after it."""
+    import json
+
     from pipelines.core import job_lock
 
     concurrency = spec.runtime.concurrency
     return RunLock(
-        lock=job_lock.lock_uri(runs_dir),
+        lock=job_lock.lock_uri(str(paths.runs_dir)),
+        resolved_spec=json.dumps(spec.to_yaml_dict()),
+        workdir=str(paths.workdir),
         job_name="{{$.pipeline_job_name}}",
         job_resource_name="{{$.pipeline_job_resource_name}}",
         hold_seconds=concurrency.hold_seconds,

@@ -89,10 +89,11 @@ def build_pipeline(
     nodes = list(ctx.nodes)
     if ctx.target is Orchestrator.KUBEFLOW:
         # No process lives through a Kubeflow run to hold the lock of one run at a time: its
-        # first task takes it, and the exit handler releases it (components/run_lock).
+        # first task takes it and reconciles, and the exit handler releases it
+        # (components/run_lock).
         from components.run_lock.component import run_lock_node
 
-        lock = run_lock_node(spec, str(paths.runs_dir))
+        lock = run_lock_node(spec, paths)
         for node in nodes:
             node.add_upstream_node(lock)
         nodes.insert(0, lock)

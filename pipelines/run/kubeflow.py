@@ -2,10 +2,10 @@
 
 The builder builds for the Kubeflow target (`target=Orchestrator.KUBEFLOW`): a first task,
 `run_lock` (`components.run_lock`), takes the pipeline's lock of one run at a time, which the
-exit handler releases; each node's build function decides what it is there (the served-model
-resolvers become Conveyor's ServedModel component, which reads the serving folder; the span
-resolvers are no node at all; the curated schema is read from the image; see
-`pipelines.spec.components`). This module adds only what
+exit handler releases, and reconciles serving; each node's build function decides what it is
+there (the served-model resolvers become Conveyor's ServedModel component, which reads the
+serving folder; the span resolvers are no node at all; the curated schema is read from the
+image; see `pipelines.spec.components`). This module adds only what
 KFP itself needs:
 
 - each node's container gets the profile's resources (`runtime.container.resources`: `default`,

@@ -52,9 +52,8 @@ _RUN_GAPS: dict[Orchestrator, tuple[tuple[Guarantee, str], ...]] = {
         ),
         (
             Guarantee.ONE_RUN_AT_A_TIME,
-            "no reconcile before a run; the run's first task takes a lock of its own "
-            "(released by the exit handler), which a `conveyor run` of the same workdir does "
-            "not share",
+            "the run's first task takes a lock of its own (released by the exit handler) and "
+            "reconciles; a `conveyor run` of the same workdir does not share that lock",
         ),
     ),
     Orchestrator.AIRFLOW: (

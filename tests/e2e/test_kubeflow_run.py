@@ -26,7 +26,7 @@ from pipelines import cli
 from pipelines.core import job_lock
 from pipelines.core.paths import RUN_SUMMARY, RunPaths
 from pipelines.run.kubeflow import EXIT_HANDLER_ID, PIPELINE_DAG, job_tasks
-from pipelines.serving_state.versions import model_digest, served_versions
+from pipelines.serving_state.versions import model_digest, publish, served_versions
 from pipelines.spec.loading import load_spec
 from tests.conftest import copy_fixture
 from tests.kfp_executor import SUCCEEDED, compile_job
@@ -179,8 +179,15 @@ def test_a_night_without_a_column_stops_at_the_data_gate(bucket, first_night):
     paths = bucket["paths"]
     versions = served_versions(str(paths.serving_dir))
     served = model_digest(str(paths.serving_dir / str(versions[-1])))
+    # A version no exit handler recorded (its run was lost after the push): the next run's
+    # first task, holding the lock, moves it out of serving's sight before anything runs.
+    serving = str(paths.serving_dir)
+    unrecorded, _ = publish(f"{serving}/{versions[-1]}", serving, {"pushed_at": "lost"})
     copy_fixture("penguins_missing_column.csv", paths.input_dir, "penguins.csv")
     blocked = bucket["executor"].run("penguin-night-2")
+    said = blocked.tasks["run_lock"].log.read_text()
+    assert "serving: quarantined versions ML Metadata never recorded" in said, said
+    assert f": {unrecorded} -> .quarantined-{unrecorded}-" in said, said
     assert blocked.failed() == ["data_gate"]
     assert "flipper_length_mm" in blocked.tasks["data_gate"].error
     for name in ("trainer", "evaluator", "pusher"):
