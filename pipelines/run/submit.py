@@ -244,7 +244,9 @@ def submit(
 
 def _create_run(client, spec, package, experiment, pipeline_root, parameters, host, now):
     now = now or datetime.datetime.now(datetime.timezone.utc)
-    display_name = f"{spec.name} {now:%Y-%m-%dT%H:%M:%SZ}"
+    # `<pipeline>-<UTC time>`, as a local run's id: the name the run's folder and its record in
+    # runtime.metadata take, which `conveyor runs` and `bless` find by the pipeline's prefix.
+    display_name = f"{spec.name}-{now:%Y%m%dT%H%M%SZ}"
     result = client.create_run_from_pipeline_package(
         pipeline_file=str(package),
         arguments=parameters,

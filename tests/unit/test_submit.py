@@ -6,6 +6,7 @@ server on 127.0.0.1 that answers the v2beta1 REST calls from the API's published
 from __future__ import annotations
 
 import json
+import re
 import threading
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -262,7 +263,7 @@ def test_submit_compiles_the_job_and_creates_one_run_of_it(submitted_run):
     (run,) = api.bodies("POST", runs)
     created = next(iter(api.experiments))
     assert run["experiment_id"] == created
-    assert run["display_name"].startswith("penguin 20")
+    assert re.fullmatch(r"penguin-20\d{6}T\d{6}Z", run["display_name"])  # as a local run id
     # The pipeline and platform spec uploaded are the compiled ones; the run's parameters are
     # the job's (none) under the job's own output directory.
     _same_pipeline(run["pipeline_spec"], job)
