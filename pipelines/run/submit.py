@@ -244,8 +244,9 @@ def submit(
 
 def _create_run(client, spec, package, experiment, pipeline_root, parameters, host, now):
     now = now or datetime.datetime.now(datetime.timezone.utc)
-    # `<pipeline>-<UTC time>`, as a local run's id: the name the run's folder and its record in
-    # runtime.metadata take, which `conveyor runs` and `bless` find by the pipeline's prefix.
+    # `<pipeline>-<UTC time>`, as a local run's id: where KFP names the job after the run, its
+    # folder and its record in runtime.metadata are found by the pipeline's prefix, as
+    # `conveyor runs` and `bless` look for them.
     display_name = f"{spec.name}-{now:%Y%m%dT%H%M%SZ}"
     result = client.create_run_from_pipeline_package(
         pipeline_file=str(package),
