@@ -330,7 +330,7 @@ def infer(
     `output_folder`); records the run in ML Metadata. Raises InferError when there is nothing
     to read or the model has no raw columns."""
     from pipelines.core import storage
-    from pipelines.ops.fingerprint import input_files
+    from pipelines.run.fingerprint import input_files
 
     spec = paths.spec
     if spec.data.format.value != "csv":

@@ -45,7 +45,8 @@ from pipelines.core.object_path import ObjectPath, as_path
 from pipelines.core.outcome import EXIT_BUSY, Outcome, PipelineBusy, Reason, RunResult
 from pipelines.core.paths import CRON_LOG, RunPaths, runs_root
 from pipelines.core.project import find_project
-from pipelines.ops import fingerprint
+from pipelines.finish import outcome_record
+from pipelines.run import fingerprint
 from pipelines.run.plan import Run
 from pipelines.spec.loading import LoadedSpec
 from pipelines.spec.models import WhenBusy
@@ -301,7 +302,7 @@ def _run_night_locked(
     paths, span = planned.paths, planned.span
     previous = None if force else fingerprint.unchanged_since(paths, span)
     if previous is not None:
-        served = fingerprint.served_versions(paths)  # now, not when the record was written
+        served = outcome_record.served_versions(paths)  # now, not when the record was written
         serving = f"version {served[-1]}" if served else "nothing"
         outcome = Outcome(previous["outcome"])
         what = outcome.past_tense
@@ -408,7 +409,7 @@ def outcome_recorder(
         taken = inputs_fingerprint
         if taken is None:
             taken = fingerprint.compute(paths, span)
-        fingerprint.record_outcome(
+        outcome_record.record_outcome(
             paths, str(result.run_id), result.outcome, taken, span, reason=result.reason
         )
 

@@ -158,14 +158,15 @@ _BEFORE_THE_FORK = """
 import sys
 from pipelines.core.paths import RunPaths
 from pipelines.core.object_path import as_path
-from pipelines.ops import fingerprint, nightly
+from pipelines.ops import nightly
+from pipelines.finish import outcome_record
 from pipelines.spec.loading import load_spec
 
 loaded = load_spec("penguin", env="ci", overrides=sys.argv[2:])
 paths = RunPaths(as_path(sys.argv[1]), loaded.spec)
 paths.configure_storage()
 with nightly.pipeline_lock(paths, "a check"):
-    served = fingerprint.served_versions(paths)
+    served = outcome_record.served_versions(paths)
     assert "model_config_list" in (paths.serving_config_dir / "models.config").read_text()
     print(served, nightly.fork_is_safe(), flush=True)
 """

@@ -139,7 +139,7 @@ def test_parquet_statistics_are_computed_from_the_columnar_copy(runs):
 
 
 def test_a_changed_parquet_file_changes_the_run_fingerprint(runs, tmp_path):
-    from pipelines.ops import fingerprint
+    from pipelines.run import fingerprint
 
     run = runs["parquet"]
     before = fingerprint.compute(run)

@@ -184,7 +184,7 @@ def test_a_backfill_refused_by_a_busy_pipeline_exits_75(tmp_path, capsys):
 
 def test_the_unchanged_check_runs_under_the_lock(penguin_workdir, monkeypatch):
     # Two runs that both found the night changed would both run it.
-    from pipelines.ops import fingerprint
+    from pipelines.run import fingerprint
 
     loaded = load_spec("penguin", env="ci")
     planned = Run.plan(loaded, penguin_workdir)

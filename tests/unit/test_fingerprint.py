@@ -8,7 +8,8 @@ import yaml
 
 from pipelines.core.paths import FRAMEWORK_LOCK, RunPaths, framework_version
 from pipelines.core.project import MARKER, PROJECT_ENV, find_project
-from pipelines.ops import fingerprint
+from pipelines.finish import outcome_record
+from pipelines.run import fingerprint
 from pipelines.spec.loading import load_spec
 
 
@@ -19,7 +20,7 @@ def paths(tmp_path):
     (paths.input_dir / "penguins.csv").write_text("species\nAdelie\n")
     (paths.serving_dir / "1").mkdir(parents=True)
     paths.metadata_path.write_bytes(b"")
-    fingerprint.record_outcome(paths, "penguin-1", "pushed", fingerprint.compute(paths))
+    outcome_record.record_outcome(paths, "penguin-1", "pushed", fingerprint.compute(paths))
     return paths
 
 
@@ -85,7 +86,7 @@ def recorded_night(workdir, overrides=(), nights=NIGHTS):
         (paths.input_dir / night / "taxi.csv").write_text(f"fare,company\n1.5,{night}\n")
     (paths.serving_dir / "1").mkdir(parents=True)
     paths.metadata_path.write_bytes(b"")
-    fingerprint.record_outcome(
+    outcome_record.record_outcome(
         paths, "taxi-1", "pushed", fingerprint.compute(paths, TONIGHT), TONIGHT
     )
     assert fingerprint.unchanged_since(paths, TONIGHT)["run_id"] == "taxi-1"
@@ -170,7 +171,7 @@ def test_a_deleted_serving_folder_makes_a_night_stale(tmp_path):
 def test_a_rolled_back_version_makes_a_night_stale(tmp_path):
     paths = recorded_night(tmp_path)
     (paths.serving_dir / "2").mkdir()
-    fingerprint.record_outcome(
+    outcome_record.record_outcome(
         paths, "taxi-2", "pushed", fingerprint.compute(paths, TONIGHT), TONIGHT
     )
     (paths.serving_dir / "2").rmdir()  # version 1 is served again
@@ -186,7 +187,7 @@ def test_later_nights_pushes_and_retention_keep_a_night_done(tmp_path):
 
 def test_a_blocked_night_does_not_depend_on_serving(tmp_path):
     paths = recorded_night(tmp_path)
-    fingerprint.record_outcome(
+    outcome_record.record_outcome(
         paths, "taxi-2", "blocked", fingerprint.compute(paths, TONIGHT), TONIGHT
     )
     shutil.rmtree(paths.serving_dir)
@@ -228,7 +229,7 @@ def team(tmp_path, monkeypatch):
     (paths.input_dir / "penguins.csv").write_text("species\nAdelie\n")
     (paths.serving_dir / "1").mkdir(parents=True)
     paths.metadata_path.write_bytes(b"")
-    fingerprint.record_outcome(paths, "penguin-1", "pushed", fingerprint.compute(paths))
+    outcome_record.record_outcome(paths, "penguin-1", "pushed", fingerprint.compute(paths))
     return root, paths
 
 

@@ -16,7 +16,7 @@ from ml_metadata.proto import metadata_store_pb2 as mlmd
 from pipelines.builder.nodes.schema_gen import gate_node_ids, previous_schema
 from pipelines.core import metadata
 from pipelines.core.paths import RunPaths
-from pipelines.ops import fingerprint
+from pipelines.run import fingerprint
 from pipelines.spec.loading import load_spec
 
 COMPLETE, CACHED, FAILED = mlmd.Execution.COMPLETE, mlmd.Execution.CACHED, mlmd.Execution.FAILED

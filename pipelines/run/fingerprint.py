@@ -44,6 +44,7 @@ from pipelines.core.object_path import AnyPath, ObjectPath
 from pipelines.core.outcome import Outcome
 from pipelines.core.paths import FRAMEWORK_LOCK, RunPaths, framework_version
 from pipelines.core.project import find_project
+from pipelines.finish import outcome_record
 from pipelines.spec.models import SchemaSource
 
 # Measured on 2 CPU cores with SHA extensions (OpenSSL 3.0): a 1,500,000-row taxi
@@ -179,39 +180,6 @@ def compute(paths: RunPaths, span: int | None = None) -> dict[str, Any]:
     }
 
 
-def served_versions(paths: RunPaths) -> list[str]:
-    """The version directories under the spec's serving directory, in ascending numeric order
-    ([] when nothing is served). An outcome record keeps them, so a skipped re-run can tell
-    when a served version was added or lost since."""
-    from pipelines.serving_state.versions import served_versions as versions_on_disk
-
-    return [str(v) for v in versions_on_disk(str(paths.serving_dir))]
-
-
-def record_outcome(
-    paths: RunPaths,
-    run_id: str,
-    outcome: str,
-    fingerprint: dict,
-    span: int | None = None,
-    reason: str | None = None,
-) -> None:
-    """Records a run whose outcome a re-run of the same inputs would repeat, with its reason
-    code (`pipelines.core.outcome.Reason`)."""
-    target = paths.outcome_record(span)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    record = {
-        "run_id": run_id,
-        "outcome": outcome,
-        "reason": reason,
-        "fingerprint": fingerprint,
-        "served_versions": served_versions(paths),
-        "metadata": str(paths.metadata_path),
-    }
-    # Whole or not at all: a temporary file renamed over it, or an object replaced whole.
-    storage.write_text(str(target), json.dumps(record, indent=2))
-
-
 def _serving_lost(record: dict, now: list[str]) -> bool:
     """The version served after the recorded run is gone and no newer version replaced it
     (serving/ deleted, or a version rolled back): a re-run would push again."""
@@ -231,7 +199,7 @@ def unchanged_since(paths: RunPaths, span: int | None = None) -> dict | None:
         record = json.loads(latest.read_text())
     except ValueError:
         return None
-    now = served_versions(paths)
+    now = outcome_record.served_versions(paths)
     if span is None and record.get("served_versions") != now:
         # Someone added or removed a served version: let the pipeline look again.
         return None
