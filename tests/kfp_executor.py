@@ -6,7 +6,10 @@ What it does as KFP does (backend/src/v2 of kubeflow/pipelines: driver/driver.go
 `provisionOutputs`, driver/resolve.go, component/launcher_v2.go, metadata/client.go):
 - walks the root DAG and the sub-DAGs it runs in dependency order; a task runs when every task
   it depends on succeeded (`ALL_UPSTREAM_TASKS_SUCCEEDED`), or once they are all done
-  (`ALL_UPSTREAM_TASKS_COMPLETED`, the exit handler); a DAG fails when one of its tasks fails;
+  (`ALL_UPSTREAM_TASKS_COMPLETED`, the exit handler); a task whose trigger condition does not
+  hold (the CEL TFX writes for `tfx.dsl.Cond`, `cel_holds`) is SKIPPED, as is every task after
+  a skipped one, and a DAG whose tasks all succeeded or were skipped succeeds, as on Vertex AI;
+  a DAG fails when one of its tasks fails;
 - builds each container task's executor input: parameters from constants (KFP's run-time
   placeholders such as `{{$.pipeline_job_create_time_utc}}` substituted), from the parent
   DAG's inputs (the job's runtime parameters at the root), from upstream tasks' output
@@ -48,7 +51,7 @@ Paths: `mounts` maps a path prefix inside the container to a local folder, as Ve
 (the pipeline root), so the job runs unchanged with `pipeline_root` in a local folder.
 
 What it leaves out: ML Metadata (no executions, contexts or lineage; only the record),
-caching (every task runs), retries, parallel tasks, conditions, loops, pod specs (resources,
+caching (every task runs), retries, parallel tasks, loops, pod specs (resources,
 accelerators, node selectors are not enforced), container images (tasks run in this
 virtualenv), KFP's log artifacts (each task's output goes to `executor.log` in its task root),
 and the upload of outputs written to a local path, which TFX's tasks never use (they write to
@@ -73,6 +76,7 @@ from typing import Any
 import yaml
 
 SUCCEEDED, FAILED, NOT_TRIGGERED = "SUCCEEDED", "FAILED", "NOT_TRIGGERED"
+SKIPPED = "SKIPPED"  # a trigger condition that did not hold, or a skipped upstream task
 COMPLETED_POLICY = "ALL_UPSTREAM_TASKS_COMPLETED"
 _PYTHON_TYPES = {
     "NUMBER_INTEGER": (int, float),
@@ -292,22 +296,37 @@ class JobExecutor:
             task = tasks[name]
             upstream = task.get("dependentTasks", [])
             policy = task.get("triggerPolicy", {})
-            if "condition" in policy:
-                raise NotImplementedError(f"task {name}: trigger conditions are not executed")
             run_it = policy.get("strategy") == COMPLETED_POLICY or all(
-                states[u] == SUCCEEDED for u in upstream
+                states[u] in (SUCCEEDED, SKIPPED) for u in upstream
             )
             component = self.spec["components"][task["componentRef"]["name"]]
             kind = "dag" if "dag" in component else self._executor_kind(component)
             self.tasks[name] = TaskRun(name, kind)
-            if run_it:
+            skip = (
+                run_it
+                and policy.get("strategy") != COMPLETED_POLICY
+                and (
+                    any(states[u] == SKIPPED for u in upstream)
+                    or ("condition" in policy and not self._holds(name, policy["condition"], task))
+                )
+            )
+            if skip:
+                states[name] = SKIPPED
+            elif run_it:
                 started = time.monotonic()
                 states[name] = self._run_task(name, task, component, inputs, states)
                 self.tasks[name].seconds = time.monotonic() - started
             else:
                 states[name] = NOT_TRIGGERED
             self.tasks[name].state = states[name]
-        return FAILED if any(s != SUCCEEDED for s in states.values()) else SUCCEEDED
+        return FAILED if any(s not in (SUCCEEDED, SKIPPED) for s in states.values()) else SUCCEEDED
+
+    def _holds(self, name: str, condition: str, task: dict[str, Any]) -> bool:
+        """Whether a task's trigger condition holds over its input artifacts (`cel_holds`)."""
+        try:
+            return cel_holds(condition, self._input_artifacts(task))
+        except Exception as err:  # noqa: BLE001 - a condition KFP could not evaluate either
+            raise NotImplementedError(f"task {name}: condition {condition!r}: {err}") from err
 
     def _executor_kind(self, component: dict[str, Any]) -> str:
         executor = self.spec["deploymentSpec"]["executors"][component["executorLabel"]]
@@ -580,6 +599,46 @@ class JobExecutor:
                 run.parameters[key] = written["parameterValues"][key]
             elif Path(output["outputFile"]).exists():
                 run.parameters[key] = Path(output["outputFile"]).read_text()
+
+
+_CEL_ARTIFACT = re.compile(
+    r"inputs\.artifacts\['([^']+)'\]\.artifacts\[0\]\.(?:metadata\['([^']+)'\]|(uri))"
+)
+_CEL_TOKENS = re.compile(r"\s*(&&|\|\||!=|==|<=|>=|<|>|!|\(|\)|'[^']*'|-?\d+(?:\.\d+)?|_a\d+)")
+
+
+def cel_holds(condition: str, artifacts: dict[str, list[dict]]) -> bool:
+    """Evaluates the CEL that TFX's Kubeflow compiler writes for `tfx.dsl.Cond` (its
+    `placeholder_utils` subset: `&&`, `||`, `!`, comparisons, string and number literals, and
+    an input artifact's `metadata['KEY']` or `uri`), as KFP's driver does. An artifact a task
+    did not get reads as null, which equals nothing.
+
+    Raises:
+      ValueError: a token outside that subset.
+    """
+    values: list[Any] = []
+
+    def artifact_value(match: re.Match) -> str:
+        found = artifacts.get(match[1]) or []
+        if not found:
+            values.append(None)
+        elif match[3]:
+            values.append(found[0]["uri"])
+        else:
+            values.append(found[0].get("metadata", {}).get(match[2]))
+        return f"_a{len(values) - 1}"
+
+    text = _CEL_ARTIFACT.sub(artifact_value, condition).strip()
+    python, at = [], 0
+    while at < len(text):
+        token = _CEL_TOKENS.match(text, at)
+        if token is None:
+            raise ValueError(f"cannot read {text[at:]!r}")
+        at = token.end()
+        word = token[1]
+        python.append({"&&": " and ", "||": " or ", "!": " not "}.get(word, word))
+    names = {f"_a{i}": value for i, value in enumerate(values)}
+    return bool(eval(" ".join(python), {"__builtins__": {}}, names))  # noqa: S307 - tokens above
 
 
 def _runtime_artifact(entry: dict[str, Any], artifact_type: dict[str, Any]) -> dict[str, Any]:

@@ -48,8 +48,15 @@ that refused the data wrote its verdict into the run's folder
 (`components.data_gate.component.write_verdict`): the run is BLOCKED with the gate's message
 and findings (`gate_verdict_stop`), as a local night. For the same reason the metrics read
 from a run's store are absent: component durations and cache hits, rows, anomalies, drift and
-skew, the evaluation's values, the blessings and the span. The outcome record exists only for
-`conveyor run` and Airflow, whose store Conveyor reads.
+skew, the evaluation's values, the blessings and the span.
+
+The run's first task (`pipelines.run.kubeflow_start`) wrote what it found of the run's inputs
+into the run's folder: their fingerprint, and whether the last final run of the same span had
+the same. A night it found unchanged had its tasks skipped: the handler says UNCHANGED, naming
+that run, as `conveyor run` does, releases the lock and writes nothing else. Any other run
+with a final outcome is recorded with that fingerprint (`pipelines.finish.outcome_record`),
+so the next night with the same inputs is the unchanged one; a run whose outcome is unknown
+(pushed or not, without the job's creation time) is not.
 """
 
 from tfx.dsl.component.experimental.annotations import Parameter
@@ -217,6 +224,51 @@ def told_push_decision(paths, folder: str) -> dict | None:
     return decision if isinstance(decision, dict) and "push" in decision else None
 
 
+def told_inputs(paths, folder: str) -> dict | None:
+    """What the run's first task found of its inputs (`pipelines.run.kubeflow_start`, written
+    into the run's folder): {span, fingerprint, unchanged}; None when it wrote nothing (it
+    failed first, or KFP named no job) or it cannot be read."""
+    import json
+
+    from pipelines.core import storage
+    from pipelines.core.artifact_files import RUN_INPUTS_FILE
+
+    try:
+        found = json.loads(storage.read_text(str(paths.run_dir(folder) / RUN_INPUTS_FILE)))
+    except (OSError, ValueError):
+        return None
+    return found if isinstance(found, dict) and "fingerprint" in found else None
+
+
+def unchanged_words(paths, previous: dict) -> str:
+    """An unchanged night's words, as `conveyor run` says them: the run it repeats, what that
+    run did, and what is served now."""
+    from pipelines.core.outcome import Outcome
+    from pipelines.finish.outcome_record import served_versions
+
+    served = served_versions(paths)
+    serving = f"version {served[-1]}" if served else "nothing"
+    what = Outcome(previous["outcome"]).past_tense
+    return (
+        f"same data, spec, schema and code as run {previous['run_id']}, which {what}; nothing "
+        f"executed, nothing pushed (serving {serving})"
+    )
+
+
+def _outcome_recorder(paths, folder: str, inputs: dict):
+    """Records the run's final outcome with the fingerprint its first task took before the
+    run read anything (`pipelines.finish.outcome_record`), as `conveyor run` does."""
+    from pipelines.finish.outcome_record import record_outcome
+
+    def record(result) -> None:
+        record_outcome(
+            paths, folder, result.outcome, inputs["fingerprint"], inputs.get("span"),
+            reason=result.reason,
+        )  # fmt: skip
+
+    return record
+
+
 def _told_outcome(facts, decision: dict, pushed: tuple[int, float] | None, now: float) -> None:
     """The outcome of a run that succeeded, as its Pusher's decision tells it: PUSHED with
     the version, or NOT_PUSHED with the Pusher's reason code and words (held back as not
@@ -292,6 +344,10 @@ def final_status_facts(
         last_push=pushed,
         told_push=decision,
     )
+    inputs = told_inputs(paths, folder) if workdir else None
+    if inputs is not None and not inputs.get("unchanged"):
+        # Unchanged, the run's tasks were skipped (finish_final_status): nothing to record.
+        facts.record_outcome = _outcome_recorder(paths, folder, inputs)
     if stop is not None:
         return facts
     if decision is not None:
@@ -300,6 +356,7 @@ def final_status_facts(
     if created is None:
         facts.outcome = Outcome.NOT_PUSHED
         facts.possible_outcomes = (Outcome.PUSHED, Outcome.NOT_PUSHED)
+        facts.record_outcome = None  # which of the two is unknown: the next night runs
     elif pushed is not None and pushed[1] >= int(created):  # a push record has whole seconds
         facts.outcome, facts.reason = Outcome.PUSHED, Reason.PUSHED
     else:
@@ -331,6 +388,14 @@ def finish_final_status(
         said.append(str(line))
         echo(line)
 
+    inputs = told_inputs(facts.paths, facts.folder) if workdir else None
+    if facts.stop is None and inputs is not None and inputs.get("unchanged"):
+        # The first task found the night unchanged and the run's tasks were skipped: as a
+        # local unchanged night, no report, alert, metrics or record; the lock is released.
+        words = f"{facts.spec.name}: UNCHANGED: {unchanged_words(facts.paths, inputs['unchanged'])}"
+        if facts.run_id:
+            _release_lock(facts, heard)
+        return words
     try:
         result = finish_run(facts, heard)
     finally:  # whatever the report and the alert did: a lock left held stops the next nights
@@ -355,7 +420,7 @@ def finish_final_status(
 
 
 def _release_lock(facts, echo) -> None:
-    """Releases the pipeline's lock the run's first task took (`components.run_lock`), if
+    """Releases the pipeline's lock the run's first task took (`pipelines.run.kubeflow_start`), if
     this run holds it; a lock that cannot be released is said (it expires after
     `runtime.concurrency.hold_seconds`)."""
     from pipelines.core import job_lock

@@ -20,6 +20,9 @@ from pipelines.core.paths import RunPaths
 from pipelines.spec.components import COMPONENT_TYPES, Orchestrator
 from pipelines.spec.models import PipelineSpec
 
+# An orchestrator's first node and the condition the others run under (`build_pipeline`).
+FirstNode = Callable[[PipelineSpec, RunPaths], tuple[Any, Any]]
+
 
 def build_function(component_type: str) -> Callable[[BuildContext, str], None]:
     """The build function of a component type, imported from where the table says."""
@@ -65,6 +68,7 @@ def build_pipeline(
     night: datetime.date | None = None,
     span: int | None = None,
     metadata_connection_config: Any = None,
+    first: FirstNode | None = None,
 ):
     """Builds the TFX pipeline for `spec` with every path under `workdir`.
 
@@ -77,7 +81,12 @@ def build_pipeline(
       span: the span number to ingest.
       metadata_connection_config: the ML Metadata connection the runner chose (None: the
         orchestrator keeps its own, as Kubeflow does).
+      first: an orchestrator's first node and the condition every other node runs under, made
+        from the spec and its paths; every other node runs after it (Kubeflow's `run_start`,
+        `pipelines.run.kubeflow_start`: no process lives through a Kubeflow run to hold its
+        lock or to skip an unchanged night, as `conveyor run` does).
     """
+    from tfx import v1 as tfx
     from tfx.orchestration.pipeline import Pipeline
 
     from pipelines.builder import spans
@@ -85,18 +94,16 @@ def build_pipeline(
     if night is not None:
         span = spans.span_of_date(night)
     paths = RunPaths(workdir=as_path(workdir).resolve(), spec=spec)
-    ctx = build_nodes(spec, paths, target, span)
-    nodes = list(ctx.nodes)
-    if ctx.target is Orchestrator.KUBEFLOW:
-        # No process lives through a Kubeflow run to hold the lock of one run at a time: its
-        # first task takes it and reconciles, and the exit handler releases it
-        # (components/run_lock).
-        from components.run_lock.component import run_lock_node
-
-        lock = run_lock_node(spec, paths)
+    if first is None:
+        nodes = list(build_nodes(spec, paths, target, span).nodes)
+    else:
+        start, condition = first(spec, paths)
+        # TFX attaches a condition to the nodes created inside its block.
+        with tfx.dsl.Cond(condition):
+            nodes = list(build_nodes(spec, paths, target, span).nodes)
         for node in nodes:
-            node.add_upstream_node(lock)
-        nodes.insert(0, lock)
+            node.add_upstream_node(start)
+        nodes.insert(0, start)
     return Pipeline(
         pipeline_name=spec.name,
         pipeline_root=str(paths.pipeline_root),

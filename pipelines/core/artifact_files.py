@@ -24,3 +24,10 @@ ACCEPTED_SPANS_FOLDER = "accepted_spans"
 # data against, under the same folder: the last accepted run's schema, which the next run's
 # schema_gen keeps (components/accepted_schema).
 ACCEPTED_SCHEMA_FILE = "accepted_schema.json"
+# What a Kubeflow run's first task (pipelines/run/kubeflow_start.py) found of the run's inputs,
+# in the run's folder, where the exit handler reads it: {span, fingerprint, unchanged: the
+# record of the last final run with the same fingerprint, or null}.
+RUN_INPUTS_FILE = "run_inputs.json"
+# ... and the custom property of its output artifact the run's other tasks' condition reads.
+INPUTS_PROPERTY = "inputs"
+INPUTS_CHANGED, INPUTS_UNCHANGED = "changed", "unchanged"

@@ -155,13 +155,22 @@ def team_modules(spec) -> dict[str, str]:
     return dict(sorted(found.items()))
 
 
-def compute(paths: RunPaths, span: int | None = None) -> dict[str, Any]:
-    """Everything that decides a run's outputs, as comparable strings."""
+def compute(
+    paths: RunPaths, span: int | None = None, kept_schema: AnyPath | None = None
+) -> dict[str, Any]:
+    """Everything that decides a run's outputs, as comparable strings.
+
+    `kept_schema`: for an inferring spec on Kubeflow, the file in which its data gate keeps the
+    last accepted run's schema (components/accepted_schema), which that run imports in place of
+    the one the spec's ML Metadata store holds (Kubeflow's runs are not in that store).
+    """
     spec = paths.spec
     lock = lock_file()
     schema = ""
     if spec.schema_.source is SchemaSource.FILE:
         schema = _sha(find_project().file(spec.schema_.path).read_bytes())
+    elif kept_schema is not None:
+        schema = _sha(storage.read_bytes(str(kept_schema))) if storage.exists(kept_schema) else ""
     elif (accepted := previous_schema(spec, paths)) is not None:
         # Inferring: the run imports the last accepted run's schema (none yet: it infers).
         source = Path(accepted.source_file)
@@ -190,8 +199,11 @@ def _serving_lost(record: dict, now: list[str]) -> bool:
     return not any(int(v) > int(served[-1]) for v in now)
 
 
-def unchanged_since(paths: RunPaths, span: int | None = None) -> dict | None:
-    """The last final run's record (of this span) if running again would change nothing."""
+def unchanged_since(
+    paths: RunPaths, span: int | None = None, kept_schema: AnyPath | None = None
+) -> dict | None:
+    """The last final run's record (of this span) if running again would change nothing
+    (`kept_schema`: see `compute`)."""
     latest = paths.outcome_record(span)
     if not latest.exists():
         return None
@@ -211,6 +223,6 @@ def unchanged_since(paths: RunPaths, span: int | None = None) -> dict | None:
         return None
     if paths.spec.runtime.metadata.kind.value == "sqlite" and not paths.metadata_path.exists():
         return None
-    if record.get("fingerprint") != compute(paths, span):
+    if record.get("fingerprint") != compute(paths, span, kept_schema):
         return None
     return record

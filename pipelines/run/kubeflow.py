@@ -1,8 +1,10 @@
 """Kubeflow Pipelines v2 / Vertex AI: the pipeline built for Kubeflow, compiled to a PipelineJob.
 
-The builder builds for the Kubeflow target (`target=Orchestrator.KUBEFLOW`): a first task,
-`run_lock` (`components.run_lock`), takes the pipeline's lock of one run at a time, which the
-exit handler releases, and reconciles serving; each node's build function decides what it is
+The builder builds for the Kubeflow target (`target=Orchestrator.KUBEFLOW`), given a first task,
+`run_start` (`pipelines.run.kubeflow_start`): it takes the pipeline's lock of one run at a time,
+which the exit handler releases, reconciles serving, and decides whether the night's inputs
+changed since the last final outcome; every other task runs after it, under the condition that
+they did. Each node's build function decides what it is
 there (the served-model resolvers become Conveyor's ServedModel component, which reads the
 serving folder; the span resolvers are no node at all; the curated schema is read from the
 image; see `pipelines.spec.components`). This module adds only what
@@ -36,11 +38,11 @@ KFP itself needs:
 
 KFP records lineage in its own ML Metadata, which no task can read: the exit handler cannot read
 the run back. A Kubeflow run's report carries KFP's final state and error, the data gate's
-refusal and the Pusher's decision (each written into the run's folder) but no node details,
-and there is no outcome record (`conveyor run` and Airflow's final task write all of them in
-full). The Pusher's decision is recorded in `runtime.metadata` by the exit handler
-(`pipelines.core.metadata.told_push`), where `conveyor lineage`, `models`, `rollback` and
-`bless` read it.
+refusal and the Pusher's decision (each written into the run's folder) but no node details
+(`conveyor run` and Airflow's final task write them in full); the outcome record is written
+with the fingerprint the first task took. The Pusher's decision is recorded in
+`runtime.metadata` by the exit handler (`pipelines.core.metadata.told_push`), where `conveyor
+lineage`, `models`, `rollback` and `bless` read it.
 """
 
 from __future__ import annotations
@@ -193,7 +195,7 @@ def _never_cached(job: dict[str, Any], pipeline) -> list[str]:
     from components.accepted_schema.component import AcceptedSchemaGen
     from components.baseline.served import ServedModel
     from components.data_gate.component import DataGate
-    from components.run_lock.component import RunLock
+    from pipelines.run.kubeflow_start import RunStart
 
     def records(node) -> bool:
         keys = ("accepted_spans_dir", "accepted_schema_file")
@@ -202,7 +204,7 @@ def _never_cached(job: dict[str, Any], pipeline) -> list[str]:
     stateful = {
         node.id
         for node in pipeline.components
-        if isinstance(node, (ServedModel, AcceptedSchemaGen, RunLock)) or records(node)
+        if isinstance(node, (ServedModel, AcceptedSchemaGen, RunStart)) or records(node)
     }
     uncached = []
     for task, task_spec in job_tasks(job["pipelineSpec"]).items():
@@ -372,10 +374,13 @@ def compile_pipeline(loaded: LoadedSpec, workdir: str, output: Path) -> list[Pat
     from tfx.orchestration.kubeflow.v2 import kubeflow_v2_dag_runner as kfp_runner
 
     from pipelines.builder.pipeline import build_pipeline
+    from pipelines.run.kubeflow_start import run_start_node
 
     checks.check_task_environment(loaded)  # before TFX is imported (validate checks it too)
     spec = loaded.spec
-    pipeline = build_pipeline(spec, as_path(workdir), target=Orchestrator.KUBEFLOW)
+    pipeline = build_pipeline(
+        spec, as_path(workdir), target=Orchestrator.KUBEFLOW, first=run_start_node
+    )
     _, artifact_classes = attach_resources(pipeline, spec)
     runner = kfp_runner.KubeflowV2DagRunner(
         config=kfp_runner.KubeflowV2DagRunnerConfig(

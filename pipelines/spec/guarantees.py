@@ -46,11 +46,6 @@ _COMPONENT_GUARANTEES = {
 _RUN_GAPS: dict[Orchestrator, tuple[tuple[Guarantee, str], ...]] = {
     Orchestrator.KUBEFLOW: (
         (
-            Guarantee.UNCHANGED_NIGHT,
-            "no outcome record: a night whose inputs did not change runs again in full "
-            "(no UNCHANGED)",
-        ),
-        (
             Guarantee.ONE_RUN_AT_A_TIME,
             "the run's first task takes a lock of its own (released by the exit handler) and "
             "reconciles; a `conveyor run` of the same workdir does not share that lock",

@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 from google.protobuf import json_format
 
-from components.run_lock.component import RUN_LOCK_ID
 from pipelines import cli
 from pipelines.builder.pipeline import build_pipeline
 from pipelines.core.project import find_project
@@ -22,6 +21,7 @@ from pipelines.run.kubeflow import (
     job_tasks,
 )
 from pipelines.run.kubeflow_entrypoint import split_arguments
+from pipelines.run.kubeflow_start import RUN_START_ID
 from pipelines.spec import loading as config
 from pipelines.spec.loading import load_spec
 from tests.kfp_executor import type_title
@@ -103,10 +103,16 @@ def test_the_task_graph_is_the_specs(compiled, name, tmp_path):
     tasks = job_tasks(job["pipelineSpec"])
     graph = {task: set(spec.get("dependentTasks", [])) for task, spec in tasks.items()}
     assert graph.pop(EXIT_HANDLER_ID) == {PIPELINE_DAG}  # after the pipeline's own tasks
-    # Every task runs after the one that takes the pipeline's lock (components/run_lock).
-    assert graph.pop(RUN_LOCK_ID) == set()
-    assert all(RUN_LOCK_ID in upstream for upstream in graph.values())
-    graph = {task: upstream - {RUN_LOCK_ID} for task, upstream in graph.items()}
+    # Every task runs after the one that takes the pipeline's lock and decides whether the
+    # inputs changed (pipelines/run/kubeflow_start.py), and only when they did.
+    assert graph.pop(RUN_START_ID) == set()
+    assert all(RUN_START_ID in upstream for upstream in graph.values())
+    changed = (
+        f"(inputs.artifacts['_{RUN_START_ID}.inputs'].artifacts[0].metadata['inputs'] == 'changed')"
+    )
+    for task in graph:
+        assert tasks[task]["triggerPolicy"] == {"condition": changed}, task
+    graph = {task: upstream - {RUN_START_ID} for task, upstream in graph.items()}
     assert graph == _expected_dependencies(name, tmp_path)
     # The data gate still stops training: the trainer waits for it.
     assert "data_gate" in graph["trainer"]
@@ -119,7 +125,7 @@ def test_image_commands_beam_args_and_resources_are_the_profiles(compiled, name)
     containers = _executors(job)
     assert set(containers) == {c.id for c in load_spec(name).spec.components} - (
         BYPASSED_RESOLVERS
-    ) | {EXIT_HANDLER_ID, RUN_LOCK_ID}
+    ) | {EXIT_HANDLER_ID, RUN_START_ID}
     for task, container in containers.items():
         assert container["image"] == runtime.container.image, task
         assert container["command"] == executor_command(_custom_types(job)), task
@@ -149,6 +155,7 @@ def _custom_types(job: dict) -> dict[str, str]:
     known = {
         "conveyor.DataGateFindings": "components.data_gate.component.DataGateFindings",
         "conveyor.TFLiteModel": "components.tflite.artifact.TFLiteModel",
+        "conveyor.RunInputs": "pipelines.run.kubeflow_start.RunInputs",
     }
     return {title: known[title] for title in titles}
 
@@ -274,8 +281,8 @@ def test_the_served_model_and_data_gate_tasks_never_come_from_the_cache(compiled
     if spec.data.drift:
         assert tasks["data_gate"]["cachingOptions"] == {"enableCache": False}
         served = served | {"data_gate"}
-    # Nor the lock's: holding it is not a result to reuse.
-    assert tasks[RUN_LOCK_ID]["cachingOptions"] == {"enableCache": False}
+    # Nor the first task's: holding the lock, and the workdir's state, are not results to reuse.
+    assert tasks[RUN_START_ID]["cachingOptions"] == {"enableCache": False}
     cached = spec.runtime.enable_cache
-    for task in set(tasks) - served - {EXIT_HANDLER_ID, RUN_LOCK_ID}:
+    for task in set(tasks) - served - {EXIT_HANDLER_ID, RUN_START_ID}:
         assert tasks[task].get("cachingOptions", {}).get("enableCache", False) is cached, task

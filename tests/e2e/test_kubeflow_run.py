@@ -7,7 +7,8 @@ bucket Vertex AI mounts at `/gcs/`.
 One compile and one bucket through the module, in order: a first night that infers the schema,
 pushes version 1 and serves it; a night whose data lacks a column, held to the schema night 1
 accepted, stopped at the data gate with serving untouched and the run BLOCKED with the gate's
-findings, as a local night. A second night that is
+findings, as a local night; that night again, answered UNCHANGED by the job's first task with
+every other task skipped. A second night that is
 judged against the first night's model is taxi's (tests/e2e/test_kubeflow_taxi.py), which also
 warm-starts from it.
 """
@@ -24,12 +25,13 @@ import tensorflow as tf
 from components.accepted_schema.component import SCHEMA_FROM_PROPERTY
 from pipelines import cli
 from pipelines.core import job_lock
+from pipelines.core.artifact_files import RUN_INPUTS_FILE
 from pipelines.core.paths import RUN_SUMMARY, RunPaths
 from pipelines.run.kubeflow import EXIT_HANDLER_ID, PIPELINE_DAG, job_tasks
 from pipelines.serving_state.versions import model_digest, publish, served_versions
 from pipelines.spec.loading import load_spec
 from tests.conftest import copy_fixture
-from tests.kfp_executor import SUCCEEDED, compile_job
+from tests.kfp_executor import SKIPPED, SUCCEEDED, compile_job
 
 PIPELINE = "penguin"
 
@@ -153,8 +155,17 @@ def test_the_exit_handler_recorded_the_push(bucket, first_night):
     assert summary["outcome"] == "pushed", summary
     assert summary["reason"] == "pushed"
     # The run's first task took the pipeline's lock; its exit handler released it.
-    assert first_night.tasks["run_lock"].state == SUCCEEDED
+    assert first_night.tasks["run_start"].state == SUCCEEDED
     assert not Path(job_lock.lock_uri(str(bucket["paths"].runs_dir))).exists()
+    # ... and recorded the outcome with the inputs' fingerprint the first task took, as
+    # `conveyor run` records a final outcome.
+    paths = bucket["paths"]
+    found = json.loads((paths.run_dir(first_night.run_id) / RUN_INPUTS_FILE).read_text())
+    assert found["unchanged"] is None and found["span"] is None
+    record = json.loads(paths.outcome_record(None).read_text())
+    assert (record["run_id"], record["outcome"]) == (first_night.run_id, "pushed")
+    assert record["fingerprint"] == found["fingerprint"]
+    assert record["served_versions"] == ["1"]
 
 
 def test_lineage_and_models_see_the_kubeflow_run(bucket, first_night, capsys):
@@ -185,7 +196,7 @@ def test_a_night_without_a_column_stops_at_the_data_gate(bucket, first_night):
     unrecorded, _ = publish(f"{serving}/{versions[-1]}", serving, {"pushed_at": "lost"})
     copy_fixture("penguins_missing_column.csv", paths.input_dir, "penguins.csv")
     blocked = bucket["executor"].run("penguin-night-2")
-    said = blocked.tasks["run_lock"].log.read_text()
+    said = blocked.tasks["run_start"].log.read_text()
     assert "serving: quarantined versions ML Metadata never recorded" in said, said
     assert f": {unrecorded} -> .quarantined-{unrecorded}-" in said, said
     assert blocked.failed() == ["data_gate"]
@@ -212,6 +223,36 @@ def test_a_night_without_a_column_stops_at_the_data_gate(bucket, first_night):
     assert columns == {"flipper_length_mm"}, summary["data_gate"]
 
 
+def test_the_same_night_again_is_unchanged_and_runs_nothing(bucket, first_night):
+    # Night 2's data, spec, schema and code again: its first task finds the outcome recorded
+    # with the same fingerprint, every other task is skipped, and the exit handler answers
+    # UNCHANGED naming the run it repeats, as `conveyor run` does (and writes no report).
+    paths = bucket["paths"]
+    versions = served_versions(str(paths.serving_dir))
+    again = bucket["executor"].run("penguin-night-2-again")
+    assert again.failed() == [] and again.state == SUCCEEDED
+    found = json.loads((paths.run_dir(again.run_id) / RUN_INPUTS_FILE).read_text())
+    assert found["unchanged"]["run_id"] == "penguin-night-2"
+    (inputs,) = again.tasks["run_start"].artifacts["inputs"]
+    assert inputs["metadata"]["inputs"] == "unchanged"
+    skipped = {
+        name: task.state
+        for name, task in again.tasks.items()
+        if name not in ("run_start", EXIT_HANDLER_ID, PIPELINE_DAG)
+    }
+    assert skipped and set(skipped.values()) == {SKIPPED}, skipped
+    assert again.final_status["state"] == SUCCEEDED
+    said = again.tasks[EXIT_HANDLER_ID].log.read_text()
+    assert (
+        f"{PIPELINE}: UNCHANGED: same data, spec, schema and code as run penguin-night-2, which "
+        f"was blocked by the data gate; nothing executed, nothing pushed (serving version "
+        f"{versions[-1]})"
+    ) in said, said
+    assert not (paths.run_dir(again.run_id) / RUN_SUMMARY).exists()
+    assert served_versions(str(paths.serving_dir)) == versions
+    assert not Path(job_lock.lock_uri(str(paths.runs_dir))).exists()
+
+
 def test_a_run_while_another_holds_the_lock_fails_first_naming_it(bucket, first_night):
     # Another run of the pipeline (a backfill started by hand, say) holds the lock: this one
     # stops at its first task, before reading data or touching serving, and the lock stays
@@ -222,9 +263,9 @@ def test_a_run_while_another_holds_the_lock_fails_first_naming_it(bucket, first_
     versions = served_versions(str(paths.serving_dir))
     try:
         busy = bucket["executor"].run("penguin-busy")
-        assert busy.failed() == ["run_lock"]
+        assert busy.failed() == ["run_start"]
         assert "the pipeline is busy: Kubeflow run penguin-elsewhere since" in (
-            busy.tasks["run_lock"].error
+            busy.tasks["run_start"].error
         )
         for name in ("csv_example_gen", "trainer", "pusher"):
             assert busy.tasks[name].state == "NOT_TRIGGERED", name

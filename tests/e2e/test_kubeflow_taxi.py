@@ -11,7 +11,8 @@ fares in cents, shuffled labels, payment_type missing, normal). The first night 
 reading the serving folder) and is pushed as version 2 when the model gate blesses it. The
 rest of the week ends as the local week does (tests/e2e/test_nightly_week.py): the drifted
 night blocked at the data gate, the shuffled labels not blessed, the missing column blocked,
-the last night pushed.
+the last night pushed. Night 2 run again on its schedule is answered UNCHANGED; exported again,
+it runs.
 
 What the compiled job guarantees differs from `conveyor run` (pipelines.spec.components says
 so for each resolver): Conveyor's driver decides ExampleGen's range when the run starts: the
@@ -37,14 +38,14 @@ from components.baseline.served import SERVED_VERSION_PROPERTY, SERVING_MODEL_FO
 from components.spans.accepted import BLESSED_KEY, TRAINED_SPANS_PROPERTY
 from pipelines import cli
 from pipelines.builder import spans
-from pipelines.core.artifact_files import ACCEPTED_SPANS_FOLDER
+from pipelines.core.artifact_files import ACCEPTED_SPANS_FOLDER, RUN_INPUTS_FILE
 from pipelines.core.paths import RUN_SUMMARY, RunPaths
 from pipelines.datasets.taxi_nights import DROPPED_COLUMN, LABEL, WEEK, write_night
 from pipelines.run.kubeflow import EXIT_HANDLER_ID, PIPELINE_DAG, job_tasks
 from pipelines.serving_state.config_files import current_entry
 from pipelines.serving_state.versions import served_versions
 from pipelines.spec.loading import load_spec
-from tests.kfp_executor import NOT_TRIGGERED, SUCCEEDED, compile_job, type_title
+from tests.kfp_executor import NOT_TRIGGERED, SKIPPED, SUCCEEDED, compile_job, type_title
 
 PIPELINE = "taxi"
 FIRST_NIGHT = datetime.date(2026, 11, 23)
@@ -392,7 +393,22 @@ def test_a_scheduled_run_reads_its_night_not_the_newest(nights):
     # (tests/unit/test_kubeflow_driver.py).
     second, first = nights["dates"][2], nights["dates"][1]
     fired = f"{second + datetime.timedelta(days=1)}T02:00:00.123456789Z"
-    rerun = nights["executor"].run("taxi-scheduled-night-2", scheduled_at=fired)
+    paths = nights["paths"]
+    # Night 2's inputs have not changed since taxi-night-2 ran them: the job's first task
+    # finds that night's outcome record (night 6's would name taxi-night-6), every other task
+    # is skipped and the exit handler answers UNCHANGED, as `conveyor run --date` does.
+    unchanged = nights["executor"].run("taxi-scheduled-night-2", scheduled_at=fired)
+    assert unchanged.failed() == [] and unchanged.state == SUCCEEDED
+    found = json.loads((paths.run_dir(unchanged.run_id) / RUN_INPUTS_FILE).read_text())
+    assert found["span"] == spans.span_of_date(second)
+    said = unchanged.tasks[EXIT_HANDLER_ID].log.read_text()
+    assert f"{PIPELINE}: UNCHANGED: same data, spec, schema and code as run taxi-night-2, " in (
+        said
+    ), said
+    assert unchanged.tasks["csv_example_gen"].state == SKIPPED
+    # Night 2's file exported again, one row short: the night runs.
+    write_night(paths.input_dir / second.isoformat() / "taxi.csv", ROWS - 1, seed=2)
+    rerun = nights["executor"].run("taxi-scheduled-night-2-again", scheduled_at=fired)
     assert rerun.failed() == [], {n: rerun.tasks[n].error for n in rerun.failed()}
     assert _examples_span(rerun) == spans.span_of_date(second)
     (artifact,) = rerun.tasks["data_gate"].artifacts["findings"]

@@ -9,7 +9,6 @@ from tests.conftest import MYSQL_METADATA
 
 G = Guarantee
 KUBEFLOW_RUN_GAPS = {
-    G.UNCHANGED_NIGHT,
     G.ONE_RUN_AT_A_TIME,
     G.OPERATIONS_SEE_RUNS,
 }
@@ -25,8 +24,9 @@ def test_a_local_night_keeps_every_guarantee():
 
 
 def test_taxi_on_kubeflow_keeps_its_resolvers_and_its_night_and_loses_what_follows_a_run():
-    # Its spans, window, drift baseline and served model are kept by Conveyor's tasks, and a
-    # scheduled run reads its own night (pipelines/run/kubeflow_driver.py).
+    # Its spans, window, drift baseline and served model are kept by Conveyor's tasks, a
+    # scheduled run reads its own night (pipelines/run/kubeflow_driver.py), and an unchanged
+    # night answers UNCHANGED (pipelines/run/kubeflow_start.py).
     codes = _codes("taxi", Orchestrator.KUBEFLOW)
     assert len(codes) == len(set(codes))  # one line per guarantee
     assert set(codes) == KUBEFLOW_RUN_GAPS
@@ -83,7 +83,7 @@ def test_validate_prints_one_line_per_gap_and_nothing_for_a_local_profile(capsys
     assert cli.main(["validate", "taxi", "--profile", "kubeflow"]) == 0
     lines = [line.strip() for line in capsys.readouterr().out.splitlines()]
     differs = [line for line in lines if line.startswith("differs on kubeflow: ")]
-    assert "differs on kubeflow: unchanged_night: run: " in "\n".join(differs)
+    assert "differs on kubeflow: one_run_at_a_time: run: " in "\n".join(differs)
     assert len(differs) == len(_codes("taxi", Orchestrator.KUBEFLOW))
     assert cli.main(["validate", "taxi", "--profile", "local"]) == 0
     assert "differs on" not in capsys.readouterr().out

@@ -1,11 +1,11 @@
-"""The lock of one Kubeflow run at a time (pipelines/core/job_lock.py, components/run_lock):
-taken by a run's first task, released by its exit handler, and held at most hold_seconds when
-no exit handler released it."""
+"""The lock of one Kubeflow run at a time (pipelines/core/job_lock.py,
+pipelines/run/kubeflow_start.py): taken by a run's first task, released by its exit handler, and
+held at most hold_seconds when no exit handler released it."""
 
 import pytest
 
-from components.run_lock.component import PipelineBusy, take_or_wait
 from pipelines.core import job_lock
+from pipelines.run.kubeflow_start import PipelineBusy, take_or_wait
 
 
 def test_a_mounted_buckets_lock_is_the_stores_object_and_a_local_one_a_file():
