@@ -187,10 +187,21 @@ def measure(
     return rows["drift"], rows["skew"]
 
 
-def serving_statistics(serving_data_dir: str):
-    """TFDV statistics of the logged serving requests, or None when there are none."""
+def serving_statistics(serving_data_dir: str, data_format: str = "csv"):
+    """TFDV statistics of the logged serving requests, or None when there are none: the `*.csv`
+    files in the folder, or (`prediction_log`) the rows of a model server's request log
+    (components/data_gate/serving_logs.py)."""
     import tensorflow_data_validation as tfdv
 
+    if data_format == "prediction_log":
+        import pandas as pd
+
+        from components.data_gate.serving_logs import read_rows
+
+        rows, _partial = read_rows(serving_data_dir)
+        if not rows:
+            return None
+        return tfdv.generate_statistics_from_dataframe(pd.DataFrame.from_records(rows))
     files = fileio.glob(os.path.join(serving_data_dir, "*.csv"))
     if not files:
         return None
@@ -253,8 +264,9 @@ def DataGate(  # noqa: N802 - TFX names components like classes
     """Raises DataGateError listing each problem; passes (and records findings) when none.
 
     `thresholds` is JSON: {"drift": {column: max}, "skew": {column: max},
-    "serving_data_dir": path or null}. `data_description` names the data in the refusal; ""
-    names the span of `examples` (Kubeflow, where the run's range decides it).
+    "serving_data_dir": path or null, "serving_data_format": "prediction_log" (absent: CSV)}.
+    `data_description` names the data in the refusal; "" names the span of `examples`
+    (Kubeflow, where the run's range decides it).
 
     On Kubeflow, `runs_dir` (the pipeline's folder of run folders) and KFP's job name
     placeholders (`{{$.pipeline_job_name}}`, `{{$.pipeline_job_resource_name}}`) name the run's
@@ -281,7 +293,9 @@ def DataGate(  # noqa: N802 - TFX names components like classes
     )
     previous = read_statistics(previous_statistics) if previous_statistics is not None else None
     serving_dir = limits.get("serving_data_dir")
-    serving = serving_statistics(serving_dir) if serving_dir and limits.get("skew") else None
+    serving = None
+    if serving_dir and limits.get("skew"):
+        serving = serving_statistics(serving_dir, limits.get("serving_data_format") or "csv")
     drift_rows, skew_rows = measure(
         schema_proto,
         read_statistics(statistics),

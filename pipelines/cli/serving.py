@@ -74,6 +74,20 @@ def register(sub) -> None:
     p.set_defaults(func=cmd_deploy_render)
 
 
+def request_log_options(paths) -> dict | None:
+    """The model server's request log from the spec's `push.request_log` (as the server's
+    `RequestLogOptions`, a dict); None when the spec logs no requests."""
+    logged = paths.spec.push.request_log
+    if logged is None:
+        return None
+    return {
+        "dir": str(paths.request_log_dir),
+        "sampling_rate": logged.sampling_rate,
+        "max_file_megabytes": logged.max_file_megabytes,
+        "max_file_seconds": logged.max_file_seconds,
+    }
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     """`conveyor serve`: runs the server until interrupted.
 
@@ -126,6 +140,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         # version: this server keeps such a label where it was until the version is loaded.
         version_labels="any",
         batching=batching,
+        request_log=request_log_options(paths),
     )
     if config_file.is_file():
         print(f"serving {config_file} (re-read every {args.poll_seconds:g} s)", flush=True)
@@ -138,6 +153,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
         )
         options = ServerOptions(
             model_name=spec.push.model_name, model_base_path=str(paths.serving_dir), **common
+        )
+    if options.request_log:
+        logged = options.request_log
+        print(
+            f"logging {logged['sampling_rate']:.0%} of answered requests under {logged['dir']} "
+            "(push.request_log)",
+            flush=True,
         )
     return run_server(options)
 

@@ -220,6 +220,13 @@ class RunPaths:
         return under(self.workdir, folder) if folder else None
 
     @property
+    def request_log_dir(self) -> AnyPath | None:
+        """Where the model server writes its request log, one folder a model under it (None:
+        the spec logs no requests)."""
+        logged = self.spec.push.request_log
+        return under(self.workdir, logged.dir) if logged else None
+
+    @property
     def state_dir(self) -> Path:
         """The local folder of what cannot live in a bucket (`local_state_dir`)."""
         return local_state_dir(self.workdir)

@@ -40,12 +40,13 @@ from pipelines.builder.context import user_code
 from pipelines.builder.nodes.schema_gen import previous_schema
 from pipelines.builder.spans import available_spans, span_files
 from pipelines.core import storage
+from pipelines.core.artifact_files import REQUEST_LOG_SUFFIX
 from pipelines.core.object_path import AnyPath, ObjectPath
 from pipelines.core.outcome import Outcome
 from pipelines.core.paths import FRAMEWORK_LOCK, RunPaths, framework_version
 from pipelines.core.project import find_project
 from pipelines.finish import outcome_record
-from pipelines.spec.models import SchemaSource
+from pipelines.spec.models import SchemaSource, ServingDataFormat
 
 # Measured on 2 CPU cores with SHA extensions (OpenSSL 3.0): a 1,500,000-row taxi
 # CSV (184 MB, `python -m pipelines.datasets.taxi 1500000 taxi.csv --seed 0`) hashes in 0.17 s
@@ -101,12 +102,17 @@ def input_files(paths: RunPaths, span: int | None) -> list[Path]:
 
 
 def serving_files(paths: RunPaths) -> list[Path]:
-    """The serving logs the data gate measures skew against (its `*.csv`, as
-    components/data_gate reads them), or none when the spec measures no skew."""
+    """The serving logs the data gate measures skew against (its `*.csv`, or a request log's
+    `*.tfrecord` files in the folders under it, as components/data_gate reads them), or none
+    when the spec measures no skew."""
     folder = paths.serving_data_dir
     if not paths.spec.data.skew or folder is None or not folder.is_dir():
         return []
-    return sorted(p for p in folder.glob("*.csv") if p.is_file())
+    if paths.spec.data.serving_data_format is ServingDataFormat.PREDICTION_LOG:
+        found = folder.rglob(f"*{REQUEST_LOG_SUFFIX}")
+    else:
+        found = folder.glob("*.csv")
+    return sorted(p for p in found if p.is_file())
 
 
 def _described(files: list[AnyPath], base: AnyPath) -> list[list[Any]]:

@@ -143,6 +143,14 @@ class DataFormat(str, enum.Enum):
     BIGQUERY = "bigquery"
 
 
+class ServingDataFormat(str, enum.Enum):
+    """What `data.serving_data_dir` holds: CSV files of the requests serving logged, or a model
+    server's request log (TF Serving's PredictionLog records, as `push.request_log` writes)."""
+
+    CSV = "csv"
+    PREDICTION_LOG = "prediction_log"
+
+
 # Keys that only the CSV readers read: a spec of another format that sets one is refused.
 CSV_ONLY_KEYS = ("reader", "arrow_above_megabytes", "bad_rows")
 
@@ -213,8 +221,14 @@ class DataSpec(StrictModel):
     )
     serving_data_dir: WorkdirPathOrUri | None = Field(
         default=None,
-        description="CSV files of requests logged by serving (no label), relative to workdir; "
-        "needed by `skew`.",
+        description="The requests serving logged, relative to workdir: CSV files (no label), "
+        "or with `serving_data_format: prediction_log` a model server's request log "
+        "(`push.request_log` writes `request_logs/<model_name>`); needed by `skew`.",
+    )
+    serving_data_format: ServingDataFormat = Field(
+        default=ServingDataFormat.CSV,
+        description="`csv` (`*.csv` files) or `prediction_log` (TF Serving's PredictionLog "
+        "TFRecords, `*.tfrecord`, as the model server's request log writes them).",
     )
 
     @model_validator(mode="after")
@@ -876,6 +890,27 @@ class InfraServerKind(str, enum.Enum):
     KUBERNETES = "kubernetes"
 
 
+class RequestLogSpec(StrictModel):
+    """The model server's request log (docs/serving.md, Request log): a sampled share of the
+    requests it answers, as TF Serving's PredictionLog records, which the next night's data
+    gate reads for skew (`data.serving_data_format: prediction_log`)."""
+
+    sampling_rate: float = Field(
+        gt=0, le=1, description="Share of answered requests logged (TF Serving's SamplingConfig)."
+    )
+    dir: NoParentPathOrUri = Field(
+        default="request_logs",
+        description="Where the log goes, `<dir>/<model_name>/requests-*.tfrecord`; relative "
+        "paths are under workdir, a gs:// or s3:// URI a bucket.",
+    )
+    max_file_megabytes: float = Field(
+        default=64.0, gt=0, description="A file past this size is closed and the next begun."
+    )
+    max_file_seconds: float = Field(
+        default=3600.0, gt=0, description="A file this old is closed and the next begun."
+    )
+
+
 class InfraServerSpec(StrictModel):
     """The model server that infra validation starts for the candidate (a runner, as TFX's
     infra validator has: components/infra_validator/runners/)."""
@@ -991,6 +1026,11 @@ class PushSpec(StrictModel):
     )
     deploy: DeploySpec = Field(
         default_factory=DeploySpec, description="Kubernetes manifests (`conveyor deploy render`)."
+    )
+    request_log: RequestLogSpec | None = Field(
+        default=None,
+        description="The model server logs a sampled share of the requests it answers "
+        "(none when unset).",
     )
     tflite: TfLiteSpec = Field(
         default_factory=TfLiteSpec,

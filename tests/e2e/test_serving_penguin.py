@@ -5,19 +5,31 @@ models.config with its labels); `conveyor serve` then serves it over TF Serving'
 Every answer is compared with the pushed SavedModel called in this process: the raw-row
 `serving_default` signature in row and columnar format, and the tf.Example signature
 `serving_examples` with binary (b64) values.
+
+The server logs every request it answers (`push.request_log`), as TF Serving's PredictionLog
+records; the module ends with the loop back to training: traffic skewed to one island, then
+the next night, whose data gate reads that log and blocks the night naming the feature.
 """
 
 from __future__ import annotations
 
 import base64
+import json
 import sys
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
+from components.data_gate.serving_logs import log_files
+from pipelines.ops import nightly
+from pipelines.serving_state.versions import served_versions
+from pipelines.spec.loading import load_spec
 from tests.conftest import penguin_ci_run
 from tests.serving_server import serving
+
+# Every answered request is logged (the default dir: request_logs/<model> under the workdir).
+REQUEST_LOG = "push.request_log={sampling_rate: 1.0}"
 
 ROWS = [
     {
@@ -59,7 +71,7 @@ def pushed(tmp_path_factory):
 def server(pushed):
     command = [sys.executable, "-m", "pipelines.cli", "serve", "penguin", "--env", "ci"]
     with serving(
-        ["--workdir", str(pushed.workdir), "--poll-seconds", "0.5"],
+        ["--workdir", str(pushed.workdir), "--poll-seconds", "0.5", "--set", REQUEST_LOG],
         pushed.workdir / "server",
         command=command,
     ) as running:
@@ -180,3 +192,31 @@ def test_metadata_lists_the_raw_feature_inputs(server):
         "sex": "DT_STRING",
         **{name: "DT_FLOAT" for name in NUMERIC},
     }
+
+
+def test_skewed_traffic_blocks_the_next_night_naming_the_feature(pushed, server):
+    # Serving sees penguins of one island only, where a third of the training data's are from
+    # there: the next night's data gate reads the server's request log (every request the
+    # tests above sent, and these) and measures the training/serving skew per feature.
+    skewed = [{**ROWS[0], "body_mass_g": 3500.0 + i} for i in range(60)]
+    response = server.post("/v1/models/penguin:predict", {"instances": skewed})
+    assert response.status_code == 200, response.text
+    assert "logging 100% of answered requests under " in server.log()
+    (logged,) = log_files(str(pushed.workdir / "request_logs" / "penguin"))
+    assert logged.endswith(".tfrecord")
+    overrides = [
+        REQUEST_LOG,
+        "data.skew={island: 0.3, sex: 0.9}",
+        "data.serving_data_dir=request_logs/penguin",
+        "data.serving_data_format=prediction_log",
+    ]
+    loaded = load_spec("penguin", env="ci", overrides=overrides, workdir=pushed.workdir)
+    night = nightly.run(loaded, pushed.workdir, echo=lambda _: None)
+    assert night.outcome == "blocked", night.message
+    assert "island: skew L-infinity " in night.message, night.message
+    assert "sex: skew" not in night.message  # measured, within its threshold
+    summary = json.loads((pushed.runs_dir / str(night.run_id) / "summary.json").read_text())
+    skew = {row["column"]: row for row in summary["data_gate"]["skew"]}
+    assert skew["island"]["breached"] and not skew["sex"]["breached"], skew
+    assert skew["island"]["distance"] > 0.5, skew["island"]
+    assert served_versions(str(pushed.serving_dir)) == [1]  # serving untouched

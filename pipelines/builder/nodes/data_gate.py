@@ -7,7 +7,7 @@ import json
 from pipelines.builder.context import BuildContext
 from pipelines.core.artifact_files import ACCEPTED_SCHEMA_FILE, ACCEPTED_SPANS_FOLDER
 from pipelines.spec.components import Orchestrator
-from pipelines.spec.models import PipelineSpec
+from pipelines.spec.models import PipelineSpec, ServingDataFormat
 
 
 def build(ctx: BuildContext, node_id: str) -> None:
@@ -33,6 +33,9 @@ def build(ctx: BuildContext, node_id: str) -> None:
         "skew": data.skew,
         "serving_data_dir": str(serving_dir) if serving_dir else None,
     }
+    if data.serving_data_format is not ServingDataFormat.CSV:
+        # Only when not CSV, so that the gate's properties (and TFX's cache) stay as they were.
+        limits["serving_data_format"] = data.serving_data_format.value
     # On Kubeflow the gate's refusal is written where the exit handler finds it by the job's
     # name (KFP fills the placeholders), so that the run ends BLOCKED with its findings.
     node = DataGate(

@@ -101,6 +101,30 @@ def build_parser() -> argparse.ArgumentParser:
         help="as TF Serving's flag: the batching parameters (BatchingParameters, text proto); "
         "without it, TF Serving's defaults",
     )
+    logged = parser.add_argument_group(
+        "request log (docs/serving.md, Request log; TF Serving sets it in models.config, which "
+        "open-source TF Serving refuses)"
+    )
+    logged.add_argument(
+        "--request-log-dir",
+        help="log a sampled share of answered requests as PredictionLog TFRecords under "
+        "DIR/<model>/",
+    )
+    logged.add_argument(
+        "--request-log-sampling-rate", type=float, default=1.0, help="share logged (default 1)"
+    )
+    logged.add_argument(
+        "--request-log-max-megabytes",
+        type=float,
+        default=64.0,
+        help="start a new file past this size (default 64)",
+    )
+    logged.add_argument(
+        "--request-log-max-seconds",
+        type=float,
+        default=3600.0,
+        help="start a new file once one is this old (default 3600)",
+    )
     add_process_options(parser)
     # How a multi-worker server starts each worker: its options as JSON (internal).
     parser.add_argument("--worker-options", help=argparse.SUPPRESS)
@@ -128,6 +152,10 @@ def options_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser)
         parser.error(problem)
     if not args.monitoring_path.startswith("/"):
         parser.error("--monitoring-path must start with /")
+    if not 0 < args.request_log_sampling_rate <= 1:
+        parser.error("--request-log-sampling-rate must be in (0, 1]")
+    if args.request_log_max_megabytes <= 0 or args.request_log_max_seconds <= 0:
+        parser.error("--request-log-max-megabytes and --request-log-max-seconds must be positive")
     if args.batching_parameters_file and not args.enable_batching:
         # TF Serving ignores the file without the flag; saying so beats a silent no-op.
         parser.error("--batching-parameters-file needs --enable-batching")
@@ -145,7 +173,21 @@ def options_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser)
         intra_op_threads=args.intra_op_threads,
         inter_op_threads=args.inter_op_threads,
         batching=batching_from_args(args),
+        request_log=request_log_from_args(args),
     )
+
+
+def request_log_from_args(args: argparse.Namespace) -> dict | None:
+    """The request log's options (`dataclasses.asdict` of RequestLogOptions) the flags ask
+    for; None without `--request-log-dir`."""
+    if not args.request_log_dir:
+        return None
+    return {
+        "dir": args.request_log_dir,
+        "sampling_rate": args.request_log_sampling_rate,
+        "max_file_megabytes": args.request_log_max_megabytes,
+        "max_file_seconds": args.request_log_max_seconds,
+    }
 
 
 def batching_from_args(args: argparse.Namespace) -> dict | None:

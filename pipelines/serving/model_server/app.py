@@ -51,9 +51,10 @@ class RestHandler:
     """Answers one REST request (method, raw path, body) with (HTTP status, JSON body),
     recording it in the metrics."""
 
-    def __init__(self, repository: ModelRepository, metrics: ServerMetrics):
+    def __init__(self, repository: ModelRepository, metrics: ServerMetrics, request_log=None):
         self._repository = repository
         self._metrics = metrics
+        self._request_log = request_log  # request_log.RequestLog, or None: nothing logged
         # (method, raw path) -> what `_route` made of it: paths repeat, matching them costs.
         self._routes: dict[tuple[str, str], tuple | str] = {}
 
@@ -113,10 +114,15 @@ class RestHandler:
         servable = self._repository.resolve(name, number, label)
         seen["version"] = str(servable.version)
         if verb == "predict":
-            return servable.predict(doc)
-        if verb == "classify":
-            return servable.classify(doc)
-        return servable.regress(doc)
+            answer = servable.predict(doc)
+        elif verb == "classify":
+            answer = servable.classify(doc)
+        else:
+            answer = servable.regress(doc)
+        logged = self._request_log
+        if logged is not None and logged.sampled():
+            logged.record(name, servable.version, seen["signature"], verb, doc, servable)
+        return answer
 
 
 def _route(method: str, path: str) -> tuple | str:
@@ -161,12 +167,15 @@ def build_app(
     metrics: ServerMetrics,
     monitoring_path: str = DEFAULT_MONITORING_PATH,
     batching: bool = False,
+    request_log=None,
 ):
     """The ASGI application: `/v1/...` as TF Serving's REST API (any method: TF Serving
     answers those it does not serve with "Malformed request"), and GET `monitoring_path` with
     the metrics in Prometheus' text format; any other path is 404. `batching`: the servables'
-    calls go through a batch scheduler, so every POST is handled in a worker thread."""
-    handler = RestHandler(repository, metrics)
+    calls go through a batch scheduler, so every POST is handled in a worker thread.
+    `request_log`: a `request_log.RequestLog` that logs a sampled share of the answered
+    requests, closed at shutdown."""
+    handler = RestHandler(repository, metrics, request_log)
     # Threads for the work of large requests, or of every POST with batching (see the
     # module's docstring).
     threads = BATCHING_WORKER_THREADS if batching else min(32, (os.cpu_count() or 1) + 4)
@@ -176,7 +185,7 @@ def build_app(
     async def app(scope, receive, send) -> None:
         kind = scope["type"]
         if kind == "lifespan":
-            await _lifespan(receive, send, workers)
+            await _lifespan(receive, send, workers, request_log)
             return
         if kind != "http":
             return
@@ -232,13 +241,16 @@ async def _respond(send, status: int, payload: bytes, content_type: bytes) -> No
     await send({"type": "http.response.body", "body": payload})
 
 
-async def _lifespan(receive, send, workers: ThreadPoolExecutor) -> None:
-    """ASGI's lifespan protocol: nothing to start; the worker threads end at shutdown."""
+async def _lifespan(receive, send, workers: ThreadPoolExecutor, request_log=None) -> None:
+    """ASGI's lifespan protocol: nothing to start; the worker threads end at shutdown, and
+    the request log's files are closed."""
     while True:
         message = await receive()
         if message["type"] == "lifespan.startup":
             await send({"type": "lifespan.startup.complete"})
         elif message["type"] == "lifespan.shutdown":
             workers.shutdown(wait=False)
+            if request_log is not None:
+                request_log.close()
             await send({"type": "lifespan.shutdown.complete"})
             return

@@ -54,6 +54,8 @@ class ServerOptions:
     # Server-side batching (TF Serving's --enable_batching): the batching.BatchingOptions in
     # force, as a dict (the options travel to workers as JSON); None: one call per request.
     batching: dict | None = None
+    # The request log (request_log.RequestLogOptions, as a dict, as `batching`); None: none.
+    request_log: dict | None = None
 
     def sources(self) -> Callable[[], Sequence[ServedModel]]:
         """What the repository polls: the config file's models, or the one model named."""
@@ -118,7 +120,18 @@ def serve(options: ServerOptions) -> int:
         listener = _listen(options)
     port = listener.getsockname()[1]
 
-    app = build_app(repository, metrics, options.monitoring_path, batching=batcher is not None)
+    request_log = None
+    if options.request_log:
+        from pipelines.serving.model_server.request_log import RequestLog, RequestLogOptions
+
+        request_log = RequestLog(RequestLogOptions(**options.request_log))
+    app = build_app(
+        repository,
+        metrics,
+        options.monitoring_path,
+        batching=batcher is not None,
+        request_log=request_log,
+    )
     config = uvicorn.Config(
         app,
         log_level="warning",
