@@ -22,6 +22,10 @@ def log_files(folder: str) -> list[str]:
     """The request log's files in `folder` (and the folders under it), sorted."""
     from tfx.dsl.io import fileio
 
+    if "://" in folder:  # a bucket: TensorFlow's s3:// needs tensorflow-io
+        from pipelines.core import storage
+
+        storage.register_tensorflow_filesystems()
     found = []
     for root, _dirs, files in fileio.walk(folder):
         found.extend(os.path.join(root, f) for f in files if f.endswith(REQUEST_LOG_SUFFIX))

@@ -5,11 +5,13 @@ TFRecord files, sampled, rotated by size and age, read back as rows."""
 import base64
 import json
 
+import pytest
 import tensorflow as tf
 from tensorflow_serving.apis import prediction_log_pb2
 
 from components.data_gate.serving_logs import log_files, read_rows
 from pipelines.serving.model_server.request_log import RequestLog, RequestLogOptions
+from tests.storage_emulators import storage_emulators  # noqa: F401 - a fixture
 
 
 class _Signature:
@@ -126,3 +128,16 @@ def test_a_record_that_cannot_be_written_never_fails_the_request(tmp_path):
     log.record("penguin", 1, "serving_default", "predict", one, _Servable())
     log.record("penguin", 1, "serving_default", "predict", json.loads("{}"), _Servable())
     assert log.failed == 2
+
+
+@pytest.mark.parametrize("scheme", ["gs", "s3"])
+def test_the_log_can_live_in_a_bucket(storage_emulators, scheme):  # noqa: F811 - the fixture
+    folder = f"{storage_emulators.root(scheme)}/request-log-test"
+    log = RequestLog(RequestLogOptions(folder, sampling_rate=1.0))
+    one = {"instances": [{"island": "Biscoe", "mass": 1.0}]}
+    log.record("penguin", 1, "serving_default", "predict", one, _Servable())
+    log.close()
+    assert log.failed == 0
+    (path,) = log_files(folder)
+    assert path.startswith(f"{folder}/penguin/requests-")
+    assert read_rows(folder) == ([{"island": "Biscoe", "mass": 1.0}], 0)

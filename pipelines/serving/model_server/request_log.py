@@ -95,6 +95,10 @@ class RequestLog:
     def _open(self, model: str, now: float) -> _OpenFile:
         import tensorflow as tf
 
+        if "://" in self._options.dir:  # a bucket: TensorFlow's s3:// needs tensorflow-io
+            from pipelines.core import storage
+
+            storage.register_tensorflow_filesystems()
         folder = os.path.join(self._options.dir, model)
         tf.io.gfile.makedirs(folder)
         self._sequence += 1
