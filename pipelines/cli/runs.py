@@ -75,6 +75,12 @@ def register(sub) -> None:
         help="the night the run reads: YYYY-MM-DD, today or yesterday (dated spans; a backfill; "
         "default: the newest span in the input folder)",
     )
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="run the night even when its data, spec, schema and code are unchanged since its "
+        "last final outcome (one run; every task runs, KFP's cache answering what it can)",
+    )
     add_common_options(p, profile_default="kubeflow")
     p.set_defaults(func=cmd_submit)
 
@@ -276,6 +282,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
         if args.schedule:
             submit.recurring_run_cron(spec)
         night = submit.night_of(spec, args.date, args.schedule)
+        submit.check_force(args.force, args.schedule)
         if args.job:
             job_file = Path(args.job)
         else:
@@ -290,7 +297,9 @@ def cmd_submit(args: argparse.Namespace) -> int:
                 loaded, target, workdir, job_file, tuple(args.set)
             ):
                 print(f"wrote {path}")
-        submitted = submit.submit(spec, job_file, host, schedule=args.schedule, night=night)
+        submitted = submit.submit(
+            spec, job_file, host, schedule=args.schedule, night=night, force=args.force
+        )
     except submit.SubmitError as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_FAILED

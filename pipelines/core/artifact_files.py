@@ -31,6 +31,9 @@ RUN_INPUTS_FILE = "run_inputs.json"
 # ... and the custom property of its output artifact the run's other tasks' condition reads.
 INPUTS_PROPERTY = "inputs"
 INPUTS_CHANGED, INPUTS_UNCHANGED = "changed", "unchanged"
+# The job's runtime parameter that makes that task run an unchanged night ("true";
+# `conveyor submit --force` sets it, without importing TFX).
+FORCE_PARAMETER = "force"
 # The files of a model server's request log (pipelines/serving/model_server/request_log.py):
 # PredictionLog records, which the data gate reads as serving data (components/data_gate).
 REQUEST_LOG_SUFFIX = ".tfrecord"

@@ -24,9 +24,11 @@ touches serving, and the exit handler says UNCHANGED naming the run it repeats, 
 night does. A changed night's exit handler records its outcome with the fingerprint taken
 here, before the run read anything (`pipelines.finish.outcome_record`).
 
+The job's runtime parameter `force` (`FORCE_PARAMETER`, set to `true` by `conveyor submit
+--force`) runs the night whatever the record says, as `conveyor run --force` does.
+
 KFP's cache is off for this task: holding the lock, and what the workdir holds now, are not
-results to reuse. `conveyor submit --force` has no counterpart: to run an unchanged night
-again, delete its outcome record (`runs/<pipeline>/nights/span-<N>.json`, or `latest.json`).
+results to reuse.
 """
 
 import json
@@ -37,6 +39,7 @@ from tfx.types import artifact
 
 from pipelines.core.artifact_files import (
     ACCEPTED_SCHEMA_FILE,
+    FORCE_PARAMETER,
     INPUTS_CHANGED,
     INPUTS_PROPERTY,
     INPUTS_UNCHANGED,
@@ -153,10 +156,16 @@ def kept_schema(paths):
     return paths.runs_dir / ACCEPTED_SCHEMA_FILE
 
 
-def decide_inputs(paths, folder, span: int | None) -> dict:
+def forced(value: str) -> bool:
+    """Whether the job's `force` parameter asks to run an unchanged night."""
+    return str(value).strip().lower() in ("true", "1", "yes")
+
+
+def decide_inputs(paths, folder, span: int | None, force: bool = False) -> dict:
     """The run's inputs (its span, their fingerprint) and the record of the last final run of
-    that span when nothing changed since (else None), written as `RUN_INPUTS_FILE` into the
-    run's folder (None: KFP named no job, and nothing is written) for the exit handler."""
+    that span when nothing changed since (else None; always None when `force`d), written as
+    `RUN_INPUTS_FILE` into the run's folder (None: KFP named no job, and nothing is written)
+    for the exit handler."""
     from pipelines.core import storage
     from pipelines.run import fingerprint
 
@@ -164,7 +173,8 @@ def decide_inputs(paths, folder, span: int | None) -> dict:
     found = {
         "span": span,
         "fingerprint": fingerprint.compute(paths, span, schema),
-        "unchanged": fingerprint.unchanged_since(paths, span, schema),
+        "unchanged": None if force else fingerprint.unchanged_since(paths, span, schema),
+        "forced": force,
     }
     if folder is not None:
         folder.mkdir(parents=True, exist_ok=True)
@@ -185,6 +195,7 @@ def RunStart(  # noqa: N802 - TFX names components like classes
     range_config: Parameter[str],
     scheduled_at: Parameter[str],
     timezone: Parameter[str],
+    force: Parameter[str],
     inputs: OutputArtifact[RunInputs],
 ) -> None:
     """Takes the lock for this run (named as the exit handler names it, from KFP's job name
@@ -202,7 +213,9 @@ def RunStart(  # noqa: N802 - TFX names components like classes
     serving_state.reconcile(paths, lambda line: print(line, flush=True))
     span = chosen_span(paths, range_config, scheduled_at, timezone)
     folder = kubeflow_run_folder(str(paths.runs_dir), job_name, job_resource_name)
-    found = decide_inputs(paths, None if folder is None else paths.runs_dir / folder, span)
+    found = decide_inputs(
+        paths, None if folder is None else paths.runs_dir / folder, span, forced(force)
+    )
     previous = found["unchanged"] if folder is not None else None
     inputs.set_string_custom_property(
         INPUTS_PROPERTY, INPUTS_UNCHANGED if previous else INPUTS_CHANGED
@@ -214,6 +227,8 @@ def RunStart(  # noqa: N802 - TFX names components like classes
             "the run's tasks are skipped",
             flush=True,
         )
+    elif found["forced"]:
+        print(f"conveyor: {reads}: runs whatever changed (force)", flush=True)
     else:
         print(f"conveyor: {reads}: inputs changed since the last final outcome", flush=True)
 
@@ -222,6 +237,8 @@ def run_start_node(spec, paths):
     """The RunStart node of a Kubeflow build and the condition every other node runs under
     (`spec.runtime.concurrency` says how long it holds the lock and whether a busy run waits).
     """
+    from tfx.orchestration import data_types
+
     from pipelines.builder.nodes.example_gen import night_parameter
     from pipelines.core import job_lock
 
@@ -239,6 +256,7 @@ def run_start_node(spec, paths):
         range_config=night_parameter() if spec.data.span_pattern else "",
         scheduled_at="{{$.pipeline_job_schedule_time_utc}}",
         timezone=spec.schedule.timezone,
+        force=data_types.RuntimeParameter(name=FORCE_PARAMETER, ptype=str, default=""),
     ).with_id(RUN_START_ID)
     changed = node.outputs[INPUTS_KEY].future()[0].custom_property(INPUTS_PROPERTY)
     return node, changed == INPUTS_CHANGED

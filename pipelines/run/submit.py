@@ -156,6 +156,15 @@ def _existing_recurring_runs(client, experiment_id: str, display_name: str) -> l
     return [run.recurring_run_id for run in runs if run.display_name == display_name]
 
 
+def check_force(force: bool, schedule: bool) -> None:
+    """Raises SubmitError for `--force` on a recurring run: every night would run in full."""
+    if force and schedule:
+        raise SubmitError(
+            "--force makes one run that ignores the unchanged check; a recurring run takes no "
+            "--force (every night would run in full)"
+        )
+
+
 def night_of(spec: PipelineSpec, date: str | None, schedule: bool) -> datetime.date | None:
     """The night `--date` names (a backfill), or None for the newest span.
 
@@ -187,6 +196,7 @@ def submit(
     environ: Mapping[str, str] = os.environ,
     now: datetime.datetime | None = None,
     night: datetime.date | None = None,
+    force: bool = False,
 ) -> Submitted:
     """Creates a run of the compiled job now, or with `schedule` the nightly recurring run.
 
@@ -200,6 +210,8 @@ def submit(
       now: the time a run's name carries (default: now, UTC).
       night: the night the run reads (`night_of`): ExampleGen's runtime parameter
         (`pipelines.builder.spans.RANGE_PARAMETER`) set to its span; None: the newest span.
+      force: run the night even when its inputs are unchanged since its last final outcome
+        (the job's `force` parameter, `pipelines.run.kubeflow_start`).
 
     Raises:
       SubmitError: no token where one is named, a schedule KFP cannot keep, a job of another
@@ -214,6 +226,10 @@ def submit(
     runtime_config = job.get("runtimeConfig", {})
     pipeline_root = runtime_config.get("gcsOutputDirectory")
     parameters = runtime_config.get("parameterValues") or None
+    if force:
+        from pipelines.core.artifact_files import FORCE_PARAMETER
+
+        parameters = {**(parameters or {}), FORCE_PARAMETER: "true"}
     if night is not None:
         from pipelines.builder import spans
 

@@ -13,7 +13,7 @@ from pipelines.builder.spans import range_config_json, span_of_date
 from pipelines.core import job_lock
 from pipelines.core.artifact_files import RUN_INPUTS_FILE
 from pipelines.core.paths import RunPaths
-from pipelines.run.kubeflow_start import chosen_span, decide_inputs
+from pipelines.run.kubeflow_start import chosen_span, decide_inputs, forced
 from pipelines.serving_state.versions import PUSH_RECORD
 from pipelines.spec.loading import load_spec
 
@@ -147,3 +147,24 @@ def test_a_failed_run_is_not_recorded_and_its_night_runs_again(dated):
     assert said.startswith("penguin_dated: FAILED: ")
     assert not dated.outcome_record(span).exists()
     assert _start(dated, "penguin-2", span)["unchanged"] is None
+
+
+def test_force_runs_an_unchanged_night_and_records_it_again(dated):
+    span = span_of_date(datetime.date(2026, 11, 28))
+    spec = json.dumps(dated.spec.to_yaml_dict())
+    dated.metadata_path.parent.mkdir(parents=True, exist_ok=True)
+    dated.metadata_path.touch()
+    _start(dated, "penguin-1", span)
+    _push(dated, 1)
+    finish_final_status(_succeeded("penguin-1"), spec, str(dated.workdir), CREATED, echo=print)
+    assert [forced(v) for v in ("true", "True", "1")] == [True] * 3
+    assert not any(forced(v) for v in ("", "false", "no"))
+
+    lock = job_lock.lock_uri(str(dated.runs_dir))
+    assert job_lock.take(lock, "penguin-2", 3600) is None
+    again = decide_inputs(dated, dated.run_dir("penguin-2"), span, force=True)
+    assert again["unchanged"] is None and again["forced"] is True
+    said = finish_final_status(_succeeded("penguin-2"), spec, str(dated.workdir), CREATED)
+    assert "UNCHANGED" not in said
+    # Its final outcome is the night's record now: the next unforced run repeats penguin-2.
+    assert json.loads(dated.outcome_record(span).read_text())["run_id"] == "penguin-2"

@@ -377,6 +377,10 @@ def test_an_api_refusal_is_one_error_line(submitted_run, tmp_path, capsys):
             ["--host", "http://127.0.0.1:1", "--schedule", "--date", "2026-11-25"],
             "a recurring run takes no --date",
         ),
+        (
+            ["--host", "http://127.0.0.1:1", "--schedule", "--force"],
+            "a recurring run takes no --force",
+        ),
     ],
 )
 def test_what_cannot_be_submitted_fails_before_compiling(extra, message, tmp_path, capsys):
@@ -410,3 +414,15 @@ def test_a_backfill_run_reads_the_night_it_names(kfp_api, tmp_path, capsys):
     span = 20782  # days from 1970-01-01 to 2026-11-25
     range_config = json.loads(run["runtime_config"]["parameters"]["range_config"])
     assert range_config == {"static_range": {"start_span_number": span, "end_span_number": span}}
+
+
+def test_force_runs_the_night_whatever_its_record_says(kfp_api, tmp_path, capsys):
+    # The job's first task skips an unchanged night unless the run's `force` parameter is set
+    # (pipelines/run/kubeflow_start.py); --force sets it, as `conveyor run --force` runs one.
+    argv = ["submit", "penguin", "--host", kfp_api.url, *ALERT_SECRET_ENV, "--force"]
+    assert cli.main(argv) == 0, capsys.readouterr().err
+    job = json.loads(_job_file(tmp_path).read_text())
+    root = job["pipelineSpec"]["root"]["inputDefinitions"]["parameters"]
+    assert root["force"] == {"defaultValue": "", "isOptional": True, "parameterType": "STRING"}
+    (run,) = kfp_api.bodies("POST", "/apis/v2beta1/runs")
+    assert run["runtime_config"]["parameters"]["force"] == "true"
