@@ -20,23 +20,33 @@ from pipelines.spec.loading import load_spec
 DATED = ["name=penguin_dated", 'data.span_pattern="{YYYY}-{MM}-{DD}/*.csv"']
 CREATED = "2026-11-28T02:00:00Z"  # KFP's {{$.pipeline_job_create_time_utc}}
 ROWS = "species,island\nAdelie,Biscoe\n"
+NIGHT_27, NIGHT_28 = (
+    span_of_date(datetime.date(2026, 11, 27)),
+    span_of_date(datetime.date(2026, 11, 28)),
+)
 
 
 @pytest.fixture
 def dated(tmp_path):
-    """A dated penguin spec on the kubeflow profile with two nights' input in place."""
+    """A dated penguin spec on the kubeflow profile with two nights' input in place, and the
+    SQLite store the exit handlers record pushes in (a lost store re-runs a night)."""
     spec = load_spec("penguin", env="kubeflow", overrides=DATED).spec
     paths = RunPaths(workdir=tmp_path.resolve(), spec=spec)
     for night in ("2026-11-27", "2026-11-28"):
         (paths.input_dir / night).mkdir(parents=True)
         (paths.input_dir / night / "penguins.csv").write_text(ROWS)
+    paths.metadata_path.parent.mkdir(parents=True, exist_ok=True)
+    paths.metadata_path.touch()
     return paths
+
+
+def _spec(paths: RunPaths) -> str:
+    return json.dumps(paths.spec.to_yaml_dict())
 
 
 def test_the_span_is_the_jobs_range_else_the_scheduled_night_else_the_newest(dated):
 
-    night_27 = span_of_date(datetime.date(2026, 11, 27))
-    night_28 = span_of_date(datetime.date(2026, 11, 28))
+    night_27, night_28 = NIGHT_27, NIGHT_28
     # `conveyor submit --date 2026-11-27` sets the job's range_config: it wins.
     assert chosen_span(dated, range_config_json(night_27), "2026-11-29T01:00:00Z", "UTC") == (
         night_27
@@ -87,13 +97,8 @@ def _push(paths: RunPaths, version: int) -> None:
 
 
 def test_a_recorded_night_with_the_same_inputs_is_unchanged_and_skipped(dated):
-    span = span_of_date(datetime.date(2026, 11, 28))
-    spec = json.dumps(dated.spec.to_yaml_dict())
-    workdir = str(dated.workdir)
+    span, spec, workdir = NIGHT_28, _spec(dated), str(dated.workdir)
     lock = job_lock.lock_uri(str(dated.runs_dir))
-    # The exit handlers record pushes in runtime.metadata; a lost SQLite store re-runs a night.
-    dated.metadata_path.parent.mkdir(parents=True, exist_ok=True)
-    dated.metadata_path.touch()
 
     first = _start(dated, "penguin-1", span)
     assert first["unchanged"] is None and first["span"] == span
@@ -123,18 +128,14 @@ def test_a_recorded_night_with_the_same_inputs_is_unchanged_and_skipped(dated):
     assert _free(lock)  # released all the same
 
     # Another night's data is another span's record; this night's rows rewritten a change.
-    other = span_of_date(datetime.date(2026, 11, 27))
-    assert _start(dated, "penguin-3", other)["unchanged"] is None
+    assert _start(dated, "penguin-3", NIGHT_27)["unchanged"] is None
     job_lock.release(lock, "penguin-3")
     (dated.input_dir / "2026-11-28" / "penguins.csv").write_text(ROWS + "Gentoo,Dream\n")
     assert _start(dated, "penguin-4", span)["unchanged"] is None
 
 
 def test_a_failed_run_is_not_recorded_and_its_night_runs_again(dated):
-    span = span_of_date(datetime.date(2026, 11, 28))
-    spec = json.dumps(dated.spec.to_yaml_dict())
-    dated.metadata_path.parent.mkdir(parents=True, exist_ok=True)
-    dated.metadata_path.touch()
+    span, spec = NIGHT_28, _spec(dated)
     _start(dated, "penguin-1", span)
     failed = json.dumps(
         {
@@ -150,10 +151,7 @@ def test_a_failed_run_is_not_recorded_and_its_night_runs_again(dated):
 
 
 def test_force_runs_an_unchanged_night_and_records_it_again(dated):
-    span = span_of_date(datetime.date(2026, 11, 28))
-    spec = json.dumps(dated.spec.to_yaml_dict())
-    dated.metadata_path.parent.mkdir(parents=True, exist_ok=True)
-    dated.metadata_path.touch()
+    span, spec = NIGHT_28, _spec(dated)
     _start(dated, "penguin-1", span)
     _push(dated, 1)
     finish_final_status(_succeeded("penguin-1"), spec, str(dated.workdir), CREATED, echo=print)
