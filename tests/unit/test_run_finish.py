@@ -596,7 +596,8 @@ def test_a_blocked_night_records_the_same_on_every_orchestrator(night, webhook):
     local_facts.record_outcome = outcome_recorder(paths, SPAN)
     local = finish_run(local_facts, lambda _: None)
     local_record = _recorded(paths)
-    # A Kubeflow-shaped run: told, not read back (its store is KFP's), no outcome record.
+    # A Kubeflow-shaped run: told, not read back (its store is KFP's); the exit handler adds
+    # the outcome record itself (tests/unit/test_kubeflow_start.py).
     told = finish_run(
         _facts(spec, paths, "jobs/penguin-1", stop=stop_of(raised), in_store=False, folder="k"),
         lambda _: None,
