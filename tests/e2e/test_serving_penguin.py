@@ -204,6 +204,9 @@ def test_skewed_traffic_blocks_the_next_night_naming_the_feature(pushed, server)
     assert "logging 100% of answered requests under " in server.log()
     (logged,) = log_files(str(pushed.workdir / "request_logs" / "penguin"))
     assert logged.endswith(".tfrecord")
+    metrics = server.get("/monitoring/prometheus/metrics").text
+    assert 'conveyor_serving_request_log_records_total{model="penguin",status="ok"}' in metrics
+    assert 'status="failed"' not in metrics
     overrides = [
         REQUEST_LOG,
         "data.skew={island: 0.3, sex: 0.9}",

@@ -10,6 +10,7 @@ import tensorflow as tf
 from tensorflow_serving.apis import prediction_log_pb2
 
 from components.data_gate.serving_logs import log_files, read_rows
+from pipelines.serving.model_server.metrics import ServerMetrics
 from pipelines.serving.model_server.request_log import RequestLog, RequestLogOptions
 from tests.storage_emulators import storage_emulators  # noqa: F401 - a fixture
 
@@ -121,13 +122,25 @@ def test_files_rotate_by_age_and_size_and_a_partial_record_is_left_for_later(tmp
 
 
 def test_a_record_that_cannot_be_written_never_fails_the_request(tmp_path):
+    # ... and the server's metrics count it (TF Serving's request_log_count{status}).
     blocked = tmp_path / "a-file"
     blocked.write_text("where the log's folder should be")
-    log = RequestLog(RequestLogOptions(str(blocked), sampling_rate=1.0))
+    metrics = ServerMetrics()
     one = {"instances": [{"island": "Biscoe", "mass": 1.0}]}
-    log.record("penguin", 1, "serving_default", "predict", one, _Servable())
-    log.record("penguin", 1, "serving_default", "predict", json.loads("{}"), _Servable())
-    assert log.failed == 2
+    for folder in (blocked, tmp_path / "log"):
+        options = RequestLogOptions(str(folder), sampling_rate=1.0)
+        log = RequestLog(options, observe=metrics.observe_logged)
+        log.record("penguin", 1, "serving_default", "predict", one, _Servable())
+        log.record("penguin", 1, "serving_default", "predict", json.loads("{}"), _Servable())
+        log.close()
+    assert log.failed == 1  # the second log: the request body that is no request
+    counted = {
+        sample.labels["status"]: sample.value
+        for family in metrics.registry.collect()
+        for sample in family.samples
+        if sample.name == "conveyor_serving_request_log_records_total"
+    }
+    assert counted == {"failed": 3.0, "ok": 1.0}
 
 
 @pytest.mark.parametrize("scheme", ["gs", "s3"])

@@ -44,7 +44,11 @@ class ServerMetrics:
     - with batching on (`--enable-batching`), per signature call made by the batch scheduler:
       `conveyor_serving_batch_size{model,signature}`, rows after padding (TF Serving's
       `:tensorflow:serving:batching_session:processed_batch_size`), and
-      `conveyor_serving_batch_requests{model,signature}`, requests merged into it.
+      `conveyor_serving_batch_requests{model,signature}`, requests merged into it;
+    - with a request log (`push.request_log`),
+      `conveyor_serving_request_log_records_total{model,status}`: requests logged (`ok`) or
+      whose record could not be written (`failed`), as TF Serving's
+      `:tensorflow:serving:request_log_count`.
     """
 
     def __init__(
@@ -112,6 +116,12 @@ class ServerMetrics:
             buckets=BATCH_BUCKETS,
             registry=self.registry,
         )
+        self.logged = Counter(
+            "conveyor_serving_request_log_records",
+            "Requests written to the request log (status ok), or not written (failed).",
+            ("model", "status"),
+            registry=self.registry,
+        )
         self._request_children: dict[tuple, tuple] = {}
 
     def observe_request(
@@ -141,6 +151,10 @@ class ServerMetrics:
         if errors is not None:
             errors.inc()
         latency.observe(seconds)
+
+    def observe_logged(self, model: str, ok: bool) -> None:
+        """Records one request the request log wrote (or failed to write)."""
+        self.logged.labels(model, "ok" if ok else "failed").inc()
 
     def observe_batch(self, model: str, signature: str, requests: int, rows: int) -> None:
         """Records one batched call: `requests` merged, `rows` after padding."""

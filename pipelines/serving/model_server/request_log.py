@@ -53,8 +53,16 @@ class RequestLogOptions:
 class RequestLog:
     """Writes sampled requests as PredictionLog records (module docstring); thread-safe."""
 
-    def __init__(self, options: RequestLogOptions, random_draw=random.random, clock=time.time):
+    def __init__(
+        self,
+        options: RequestLogOptions,
+        random_draw=random.random,
+        clock=time.time,
+        observe=None,
+    ):
+        """`observe(model, ok)` is told of every record written or not (the server's metrics)."""
         self._options = options
+        self._observe = observe
         self._draw = random_draw
         self._clock = clock
         self._lock = threading.Lock()
@@ -75,10 +83,15 @@ class RequestLog:
             self._write(model, entry.SerializeToString())
         except Exception as err:  # noqa: BLE001 - the log must never fail a request
             self.failed += 1
+            if self._observe is not None:
+                self._observe(model, False)
             if self.failed == 1:
                 log.warning(
                     "request log: a record was not written (%s: %s)", type(err).__name__, err
                 )
+            return
+        if self._observe is not None:
+            self._observe(model, True)
 
     def _write(self, model: str, data: bytes) -> None:
         with self._lock:

@@ -124,7 +124,9 @@ def serve(options: ServerOptions) -> int:
     if options.request_log:
         from pipelines.serving.model_server.request_log import RequestLog, RequestLogOptions
 
-        request_log = RequestLog(RequestLogOptions(**options.request_log))
+        request_log = RequestLog(
+            RequestLogOptions(**options.request_log), observe=metrics.observe_logged
+        )
     app = build_app(
         repository,
         metrics,
