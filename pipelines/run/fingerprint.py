@@ -2,8 +2,10 @@
 
 Importing TensorFlow and TFX costs about 20 s here, more than an unchanged re-run's actual work
 (every component a cache hit). After each run with a final outcome (pushed, not pushed, blocked:
-what the same inputs would give again; a failure is always retried) the local runner records a
-fingerprint of everything that decides its outputs, and of nothing else:
+what the same inputs would give again; a failure is always retried) its outcome record keeps a
+fingerprint of everything that decides its outputs, and of nothing else
+(`pipelines.finish.outcome_record`, written by `conveyor run`, Airflow's final task and
+Kubeflow's exit handler):
 
 - the resolved spec: its own file, the profile layers it was loaded with (Conveyor's and the
   project's) and the `--set`s, merged, so a comment edit changes nothing and another pipeline's
@@ -20,7 +22,8 @@ fingerprint of everything that decides its outputs, and of nothing else:
 
 Another spec added to the project, or any file no key of this spec names, leaves it unchanged.
 `conveyor run` compares it first; when nothing changed and what that run left served is still
-served (see `unchanged_since`), it says so and stops without importing anything heavy.
+served (see `unchanged_since`), it says so and stops without importing anything heavy. A
+Kubeflow job's first task compares it the same way (`pipelines.run.kubeflow_start`).
 
 Input files are fingerprinted by content (SHA-256), not by name, size and modification time: a
 file rewritten in place with the same size and its old modification time restored is a change,
