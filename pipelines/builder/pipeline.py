@@ -86,7 +86,6 @@ def build_pipeline(
         `pipelines.run.kubeflow_start`: no process lives through a Kubeflow run to hold its
         lock or to skip an unchanged night, as `conveyor run` does).
     """
-    from tfx import v1 as tfx
     from tfx.orchestration.pipeline import Pipeline
 
     from pipelines.builder import spans
@@ -97,9 +96,12 @@ def build_pipeline(
     if first is None:
         nodes = list(build_nodes(spec, paths, target, span).nodes)
     else:
+        # tfx.dsl.Cond from its own module: `tfx.v1` imports Vertex AI's client (about 4 s).
+        from tfx.dsl.experimental.conditionals.conditional import Cond
+
         start, condition = first(spec, paths)
         # TFX attaches a condition to the nodes created inside its block.
-        with tfx.dsl.Cond(condition):
+        with Cond(condition):
             nodes = list(build_nodes(spec, paths, target, span).nodes)
         for node in nodes:
             node.add_upstream_node(start)
