@@ -240,21 +240,6 @@ def told_inputs(paths, folder: str) -> dict | None:
     return found if isinstance(found, dict) and "fingerprint" in found else None
 
 
-def unchanged_words(paths, previous: dict) -> str:
-    """An unchanged night's words, as `conveyor run` says them: the run it repeats, what that
-    run did, and what is served now."""
-    from pipelines.core.outcome import Outcome
-    from pipelines.finish.outcome_record import served_versions
-
-    served = served_versions(paths)
-    serving = f"version {served[-1]}" if served else "nothing"
-    what = Outcome(previous["outcome"]).past_tense
-    return (
-        f"same data, spec, schema and code as run {previous['run_id']}, which {what}; nothing "
-        f"executed, nothing pushed (serving {serving})"
-    )
-
-
 def _outcome_recorder(paths, folder: str, inputs: dict):
     """Records the run's final outcome with the fingerprint its first task took before the
     run read anything (`pipelines.finish.outcome_record`), as `conveyor run` does."""
@@ -388,11 +373,14 @@ def finish_final_status(
         said.append(str(line))
         echo(line)
 
+    from pipelines.finish import outcome_record
+
     inputs = told_inputs(facts.paths, facts.folder) if workdir else None
     if facts.stop is None and inputs is not None and inputs.get("unchanged"):
         # The first task found the night unchanged and the run's tasks were skipped: as a
         # local unchanged night, no report, alert, metrics or record; the lock is released.
-        words = f"{facts.spec.name}: UNCHANGED: {unchanged_words(facts.paths, inputs['unchanged'])}"
+        said_again = outcome_record.unchanged_words(facts.paths, inputs["unchanged"])
+        words = f"{facts.spec.name}: UNCHANGED: {said_again}"
         if facts.run_id:
             _release_lock(facts, heard)
         return words

@@ -46,3 +46,17 @@ def record_outcome(
     }
     # Whole or not at all: a temporary file renamed over it, or an object replaced whole.
     storage.write_text(str(target), json.dumps(record, indent=2))
+
+
+def unchanged_words(paths, previous: dict) -> str:
+    """An unchanged night's words, as `conveyor run` says them: the run it repeats, what that
+    run did, and what is served now."""
+    from pipelines.core.outcome import Outcome
+
+    served = served_versions(paths)
+    serving = f"version {served[-1]}" if served else "nothing"
+    what = Outcome(previous["outcome"]).past_tense
+    return (
+        f"same data, spec, schema and code as run {previous['run_id']}, which {what}; nothing "
+        f"executed, nothing pushed (serving {serving})"
+    )

@@ -302,15 +302,11 @@ def _run_night_locked(
     paths, span = planned.paths, planned.span
     previous = None if force else fingerprint.unchanged_since(paths, span)
     if previous is not None:
-        served = outcome_record.served_versions(paths)  # now, not when the record was written
-        serving = f"version {served[-1]}" if served else "nothing"
-        outcome = Outcome(previous["outcome"])
-        what = outcome.past_tense
         return NightOutcome(
             span,
-            outcome,
-            f"same data, spec, schema and code as run {previous['run_id']}, which {what}; "
-            f"nothing executed, nothing pushed (serving {serving}). --force runs the pipeline "
+            Outcome(previous["outcome"]),
+            # What is served now, not when the record was written.
+            f"{outcome_record.unchanged_words(paths, previous)}. --force runs the pipeline "
             "anyway (every component would be a cache hit).",
             unchanged=True,
         )
