@@ -18,7 +18,7 @@ from pipelines.builder.context import BuildContext
 from pipelines.core.object_path import as_path
 from pipelines.core.paths import RunPaths
 from pipelines.spec.components import COMPONENT_TYPES, Orchestrator
-from pipelines.spec.models import PipelineSpec
+from pipelines.spec.models import PipelineSpec, runner_beam_args
 
 # An orchestrator's first node and the condition the others run under (`build_pipeline`).
 FirstNode = Callable[[PipelineSpec, RunPaths], tuple[Any, Any]]
@@ -112,5 +112,5 @@ def build_pipeline(
         components=nodes,
         enable_cache=spec.runtime.enable_cache,
         metadata_connection_config=metadata_connection_config,
-        beam_pipeline_args=list(spec.runtime.beam_args),
+        beam_pipeline_args=runner_beam_args(spec.runtime.beam_args),
     )

@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from pipelines.core.paths import RunPaths
+from pipelines.spec.models import runner_beam_args
 
 INFERENCE_FOLDER = "inference"  # <workdir>/inference/<pipeline>/<run>/
 INFERENCE_TYPE = "conveyor.BatchInference"  # the execution `conveyor infer` records
@@ -357,18 +358,14 @@ def infer(
     columns = model_columns(model_dir)
     reader = RowReader(columns=columns, keep=tuple(spec.inference.output_columns))
     echo(f"infer {spec.name} version {version} over {len(files)} file(s) -> {inferred.output_dir}")
-    run_beam(
-        inferred,
-        reader,
-        spec.inference.signature,
-        list(spec.runtime.beam_args if beam_args is None else beam_args),
-    )
+    beam_args = runner_beam_args(spec.runtime.beam_args if beam_args is None else beam_args)
+    run_beam(inferred, reader, spec.inference.signature, beam_args)
     if spec.inference.output_columns and inferred.rows:
         inferred.table_files = write_table_files(
             inferred.output_dir,
             spec.inference.output_columns,
             spec.inference.output_format.value,
-            list(spec.runtime.beam_args if beam_args is None else beam_args),
+            beam_args,
         )
     inferred.seconds = time.monotonic() - started
     record(paths, inferred)

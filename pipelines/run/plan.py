@@ -14,6 +14,7 @@ from pathlib import Path
 from pipelines.builder import spans
 from pipelines.core.object_path import as_path
 from pipelines.core.paths import RunPaths
+from pipelines.spec.checks import check_job_service_reachable
 from pipelines.spec.loading import LoadedSpec, SpecError
 from pipelines.spec.models import DataFormat, PipelineSpec
 
@@ -39,7 +40,8 @@ class Run:
 
         Raises:
           spans.SpanError: the span has no data, or the spec has no spans to pick from.
-          SpecError: the spec reads a BigQuery query, which only an orchestrator can run.
+          SpecError: the spec reads a BigQuery query, which only an orchestrator can run, or
+            its portable runner's Beam job service does not answer.
         """
         if loaded.spec.data.format is DataFormat.BIGQUERY:
             raise SpecError(
@@ -48,6 +50,7 @@ class Run:
                 "kubeflow`. To run locally, export the query's rows to Parquet and set "
                 "data.format: parquet (docs/inputs.md)."
             )
+        check_job_service_reachable(loaded.spec)  # a portable runner's job service answers
         paths = RunPaths(workdir=as_path(workdir).resolve(), spec=loaded.spec)
         return cls(loaded, paths, spans.resolve_span(loaded.spec, paths.input_dir, night, span))
 

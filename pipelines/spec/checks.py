@@ -18,6 +18,7 @@ from pipelines.spec.loading import (
     profile_label,
 )
 from pipelines.spec.models import (
+    JOB_SERVICE_RUNNERS,
     MetadataKind,
     Orchestrator,
     PipelineSpec,
@@ -25,6 +26,7 @@ from pipelines.spec.models import (
     TrainingLauncher,
     check_beam_args,
     missing_image,
+    parse_beam_args,
 )
 
 
@@ -193,4 +195,26 @@ def check_metadata_reachable(spec: PipelineSpec, timeout: float = 3.0) -> None:
             f"runtime.metadata: cannot reach the MySQL metadata database at "
             f"{metadata.host}:{metadata.port} ({err.strerror or err}); start it or fix "
             "runtime.metadata.host/port."
+        ) from None
+
+
+def check_job_service_reachable(spec: PipelineSpec, timeout: float = 5.0) -> None:
+    """The Beam job service a portable runner's `--job_endpoint` names answers, before a run
+    starts: the run waits a day on its Beam stages (`models.runner_beam_args`), so an endpoint
+    nobody listens on must fail here, not hang there."""
+    if spec.runtime.beam_runner not in JOB_SERVICE_RUNNERS:
+        return
+    endpoints = parse_beam_args(spec.runtime.beam_args).get("job_endpoint")
+    if not endpoints:  # Flink and Spark start their own job service
+        return
+    endpoint = endpoints[-1]
+    host, _, port = endpoint.rpartition(":")
+    try:
+        with socket.create_connection((host.strip("[]") or "localhost", int(port)), timeout):
+            pass
+    except (OSError, ValueError) as err:
+        reason = err.strerror if isinstance(err, OSError) and err.strerror else err
+        raise ProfileError(
+            f"runtime.beam_args: --job_endpoint={endpoint}: no Beam job service answers there "
+            f"({reason}); start it (docs/data-at-scale.md) or give the right HOST:PORT."
         ) from None

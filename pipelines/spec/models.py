@@ -1210,6 +1210,27 @@ def check_beam_args(args: tuple[str, ...] | list[str]) -> str:
     return runner
 
 
+# The runners whose Beam client talks to a job service (Beam's PortableRunner and its kin).
+JOB_SERVICE_RUNNERS = ("PortableRunner", "FlinkRunner", "SparkRunner")
+# Beam's PortableRunner opens a job's state and message streams with --job_server_timeout as
+# their gRPC deadline (60 s unless given), so any Beam stage longer than that fails with
+# DEADLINE_EXCEEDED while the job itself goes on (apache/beam#35867). Conveyor gives a stage a
+# day; a job service that does not answer is caught before the run instead
+# (`checks.check_job_service_reachable`), where the 60 s were meant to catch it.
+JOB_SERVICE_TIMEOUT_SECONDS = 24 * 3600
+
+
+def runner_beam_args(args: tuple[str, ...] | list[str]) -> list[str]:
+    """The Beam arguments a run hands Beam: the profile's, plus a day's
+    `--job_server_timeout` for a job-service runner when the profile sets none."""
+    args = list(args)
+    options = parse_beam_args(args)
+    runner = (options.get("runner") or ["DirectRunner"])[-1]
+    if runner in JOB_SERVICE_RUNNERS and "job_server_timeout" not in options:
+        args.append(f"--job_server_timeout={JOB_SERVICE_TIMEOUT_SECONDS}")
+    return args
+
+
 class LogFormat(str, enum.Enum):
     """How `conveyor run` and `backfill` write a run's events on the standard output."""
 

@@ -14,7 +14,13 @@ from pipelines.core.paths import FRAMEWORK_ROOT
 from pipelines.spec import checks
 from pipelines.spec import loading as config
 from pipelines.spec.loading import SpecError, load_spec
-from pipelines.spec.models import Orchestrator, ResourcesSpec, check_beam_args
+from pipelines.spec.models import (
+    JOB_SERVICE_TIMEOUT_SECONDS,
+    Orchestrator,
+    ResourcesSpec,
+    check_beam_args,
+    runner_beam_args,
+)
 
 PROBE = """
 import sys
@@ -107,6 +113,33 @@ def test_beam_args_accept_the_space_separated_form():
     assert check_beam_args(["--runner", "FlinkRunner", "--flink_master", "h:8081"]) == (
         "FlinkRunner"
     )
+
+
+def test_a_job_service_runner_waits_a_day_for_its_beam_job_unless_the_profile_says():
+    # Beam's default (60 s) is the deadline of the job's message stream: a longer stage failed.
+    portable = ["--runner=PortableRunner", "--job_endpoint=localhost:8099"]
+    assert runner_beam_args(portable) == [
+        *portable,
+        f"--job_server_timeout={JOB_SERVICE_TIMEOUT_SECONDS}",
+    ]
+    flink = ["--runner", "FlinkRunner", "--flink_master", "h:8081", "--job_server_timeout", "600"]
+    assert runner_beam_args(flink) == flink
+    assert runner_beam_args(["--direct_num_workers=2"]) == ["--direct_num_workers=2"]
+
+
+def test_a_portable_run_whose_job_service_is_down_fails_before_it_starts(tmp_path):
+    endpoint = f"127.0.0.1:{_closed_port()}"
+    beam_args = (
+        f"runtime.beam_args=[--runner=PortableRunner, --job_endpoint={endpoint}, "
+        "--environment_type=EXTERNAL, --environment_config=127.0.0.1:50000]"
+    )
+    argv = ["run", "penguin", "--workdir", str(tmp_path / "w"), "--set", beam_args]
+    done = _light(argv, tmp_path)
+    assert done.returncode == 1, done.stderr
+    assert f"--job_endpoint={endpoint}: no Beam job service answers there" in done.stderr
+    assert "Connection refused" in done.stderr
+    assert "HEAVY []" in done.stdout
+    assert not (tmp_path / "w" / "runs").exists()
 
 
 @pytest.mark.parametrize(
