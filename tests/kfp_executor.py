@@ -240,6 +240,11 @@ class JobExecutor:
         self.final_status: dict[str, Any] | None = None
         self.warm = WarmPython(self.env, cwd) if warm else None
 
+    def warm_up(self) -> None:
+        """From now on, runs `python -m` commands in a warm interpreter's children (`warm`)."""
+        if self.warm is None:
+            self.warm = WarmPython(self.env, self.cwd)
+
     def close(self) -> None:
         """Ends the warm interpreter, if any."""
         if self.warm is not None:

@@ -84,8 +84,8 @@ def nights(tmp_path_factory):
     """The job compiled once, then run for each night of the simulated week, each after its
     span landed."""
     tmp = tmp_path_factory.mktemp("kubeflow-taxi")
-    # A warm interpreter's children run the week's 78 tasks (tests/warm_python.py); the
-    # penguin job (test_kubeflow_run.py) starts a fresh one per task, as a pod does.
+    # A warm interpreter's children run the week's 78 tasks (tests/warm_python.py); penguin's
+    # first night (test_kubeflow_run.py) starts a fresh one per task, as a pod does.
     compiled = compile_job(PIPELINE, _ci_sizes(), tmp, warm=True)
     seconds = {"compile": compiled.compile_seconds}
     job, executor = compiled.job, compiled.executor
