@@ -1,9 +1,9 @@
 """`conveyor infer`: a served (or named) version of a pipeline's model over one span's input
 files, on Beam, written as TFX's BulkInferrer writes it and recorded in ML Metadata.
 
-The input is the span's CSV files as they are (not a run's examples): each row becomes a
-tf.Example typed as the model's `serving_default` inputs are, rows travel in batches of
-BATCH_ROWS, and `inference.signature` answers a batch at a time
+The input is the span's CSV or Parquet files as they are (not a run's examples): each row
+becomes a tf.Example typed as the model's `serving_default` inputs are, rows travel in batches
+of BATCH_ROWS, and `inference.signature` answers a batch at a time
 (components/bulk_inferrer/batched.py), logged as the PredictionLogs tfx_bsl's RunInference
 (what TFX's BulkInferrer runs) writes. The output folder holds `prediction_logs-*.gz`
 (PredictionLog TFRecords, an InferenceResult), with `inference.output_columns` the table
@@ -147,12 +147,14 @@ def model_columns(model_dir: str) -> dict[str, str]:
 
 @dataclass(frozen=True)
 class RowReader:
-    """Turns one input file's CSV rows into serialized tf.Examples: the model's columns typed as
-    its `serving_default` takes them, the other named columns (`keep`) as text. An empty field
-    is a missing value: a feature with no values, as TFX's CSV reading writes it."""
+    """Turns one input file's rows (CSV, or Parquet with `file_format="parquet"`) into
+    serialized tf.Examples: the model's columns typed as its `serving_default` takes them, the
+    other named columns (`keep`) as text. An empty CSV field or a Parquet null is a missing
+    value: a feature with no values, as TFX's CSV and Parquet reading write it."""
 
     columns: Mapping[str, str]
     keep: Sequence[str] = ()
+    file_format: str = "csv"
 
     @property
     def layout(self) -> list[tuple[str, str]]:
@@ -162,7 +164,10 @@ class RowReader:
 
     def rows(self, name: str, stream: io.BufferedIOBase) -> Iterator[tuple[int, list] | BadRow]:
         """(line, typed values in `layout` order, None where missing) per good row, a BadRow
-        per bad one."""
+        per bad one. A Parquet file's "line" is its row's number, from 1."""
+        if self.file_format == "parquet":
+            yield from self._parquet_rows(name, stream)
+            return
         lines = _Lines(stream)
         reader = csv.reader(lines)
         try:
@@ -197,6 +202,51 @@ class RowReader:
                 yield line, [_typed(c, k, values[i] if i is not None else "") for c, k, i in fields]
             except ValueError as err:
                 yield BadRow(name, line, str(err))
+
+    def _parquet_rows(
+        self, name: str, stream: io.BufferedIOBase
+    ) -> Iterator[tuple[int, list] | BadRow]:
+        """`rows` of a Parquet file, read a row group's batch at a time. Parquet columns are
+        typed: a model column whose type the model cannot take (text for a number, a float for
+        an integer, a list) fails each row, naming the column and both types, as a CSV field
+        that is no number fails its row."""
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        try:
+            parquet = pq.ParquetFile(stream)
+        except (pa.ArrowException, OSError) as err:
+            yield BadRow(name, 1, f"not a Parquet file: {err}")
+            return
+        schema = parquet.schema_arrow
+        missing = [c for c in self.columns if c not in schema.names]
+        wrong = [
+            reason
+            for column, kind in self.columns.items()
+            if column in schema.names
+            and (reason := _parquet_type_error(column, kind, schema.field(column).type))
+        ]
+        fields = [(c, k, c in schema.names, c in self.columns) for c, k in self.layout]
+        present = [c for c, _, there, _ in fields if there]
+        number = 0
+        for batch in parquet.iter_batches(batch_size=BATCH_ROWS, columns=present):
+            values = {c: batch.column(c).to_pylist() for c in present}
+            for index in range(batch.num_rows):
+                number += 1
+                if missing:
+                    yield BadRow(name, number, f"no column {', '.join(missing)} (a model input)")
+                elif wrong:
+                    yield BadRow(name, number, wrong[0])
+                else:
+                    yield (
+                        number,
+                        [
+                            _from_parquet(values[c][index], k if model else "text")
+                            if there
+                            else None
+                            for c, k, there, model in fields
+                        ],
+                    )
 
     def examples(self, name: str, stream: io.BufferedIOBase) -> Iterator[tuple[str, object]]:
         """(`parsed`, serialized tf.Example) per good row, (`bad`, BadRow) per bad one: one row
@@ -289,6 +339,41 @@ def _typed(column: str, kind: str, text: str) -> object:
         raise ValueError(f"column {column}: {text!r} is not {what}") from None
 
 
+def _parquet_type_error(column: str, kind: str, arrow_type) -> str | None:
+    """Why a Parquet column of `arrow_type` cannot feed a model input of `kind`, or None."""
+    import pyarrow as pa
+
+    types = pa.types
+    takes = {
+        "float": types.is_floating(arrow_type)
+        or types.is_integer(arrow_type)
+        or types.is_decimal(arrow_type),
+        "int": types.is_integer(arrow_type),
+        "string": types.is_string(arrow_type)
+        or types.is_large_string(arrow_type)
+        or types.is_binary(arrow_type)
+        or types.is_large_binary(arrow_type),
+    }[kind]
+    if takes:
+        return None
+    wanted = {"float": "numbers", "int": "integers", "string": "text"}[kind]
+    return f"column {column} holds {arrow_type}, where the model takes {wanted}"
+
+
+def _from_parquet(value: object, kind: str) -> object:
+    """A Parquet value as the model's column takes it (`text`: a kept column, any value as its
+    text); None stays None, a missing value."""
+    if value is None:
+        return None
+    if kind == "float":
+        return float(value)
+    if kind == "int":
+        return int(value)
+    if isinstance(value, bytes):
+        return value
+    return str(value).encode()
+
+
 class _Lines:
     """A binary stream's lines as text, counting them: a line that is not UTF-8 fails alone,
     where a text wrapper would fail the rest of the file."""
@@ -334,10 +419,11 @@ def infer(
     from pipelines.run.fingerprint import input_files
 
     spec = paths.spec
-    if spec.data.format.value != "csv":
+    if spec.data.format.value not in ("csv", "parquet"):
         raise InferError(
             f"{spec.name}: data.format {spec.data.format.value!r}: `conveyor infer` reads CSV "
-            "input; a `bulk_inferrer` component predicts a run's examples of any format"
+            "and Parquet input; a `bulk_inferrer` component predicts a run's examples of any "
+            "format"
         )
     model_dir = storage.join(str(paths.serving_dir), str(version))
     files = (
@@ -356,7 +442,11 @@ def infer(
     )
     started = time.monotonic()
     columns = model_columns(model_dir)
-    reader = RowReader(columns=columns, keep=tuple(spec.inference.output_columns))
+    reader = RowReader(
+        columns=columns,
+        keep=tuple(spec.inference.output_columns),
+        file_format=spec.data.format.value,
+    )
     echo(f"infer {spec.name} version {version} over {len(files)} file(s) -> {inferred.output_dir}")
     beam_args = runner_beam_args(spec.runtime.beam_args if beam_args is None else beam_args)
     run_beam(inferred, reader, spec.inference.signature, beam_args)

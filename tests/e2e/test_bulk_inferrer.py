@@ -169,6 +169,34 @@ def test_conveyor_infer_runs_the_served_version_over_every_row_and_records_it(
     assert str(metadata.custom_property(linked["PushedModel"], "pushed_version")) == "1"
 
 
+def test_conveyor_infer_reads_parquet_input_as_the_same_rows_in_csv(run, capsys, tmp_path):
+    import pyarrow.csv
+
+    paths, _ = run
+    (source,) = paths.input_dir.glob("*.csv")
+    folder = paths.workdir / "parquet"  # data.input_dir is relative to the workdir
+    folder.mkdir()
+    # Arrow types the columns as a Parquet export would: int64 with nulls, doubles, strings;
+    # an empty CSV field is a null there (in Parquet "" is a value, as in TFX's reading).
+    missing_is_null = pyarrow.csv.ConvertOptions(strings_can_be_null=True)
+    table = pyarrow.csv.read_csv(source, convert_options=missing_is_null)
+    pq.write_table(table, folder / "penguins.parquet")
+    argv = ["infer", "penguin", "--env", "ci", "--workdir", str(paths.workdir), "--version", "1"]
+    parquet = ["--set", "data.format=parquet", "--set", "data.input_dir=parquet"]
+    logged = {}
+    for data_format, sets in (("csv", []), ("parquet", parquet)):
+        output = tmp_path / data_format
+        assert cli.main([*argv, *sets, "--output", str(output)]) == 0
+        assert f"predicted {PENGUIN_ROWS} rows" in capsys.readouterr().out
+        logged[data_format] = _logs(sorted(output.glob("prediction_logs-*.gz")))
+    _same_as_the_signature(logged["parquet"], str(paths.serving_dir / "1"))
+
+    def examples(logs):
+        return sorted(logged_example(log).SerializeToString(deterministic=True) for log in logs)
+
+    assert examples(logged["parquet"]) == examples(logged["csv"])
+
+
 def test_infer_reads_only_the_nights_span_with_the_labelled_version(run, capsys):
     paths, _ = run
     (source,) = paths.input_dir.glob("*.csv")

@@ -187,3 +187,63 @@ def test_batches_encode_the_same_examples_as_one_row_at_a_time():
     assert [example_pb2.Example.FromString(e) for e in examples] == [
         example_pb2.Example.FromString(e) for e in one_by_one
     ]
+
+
+def _parquet(table) -> io.BytesIO:
+    import pyarrow.parquet as pq
+
+    buffer = io.BytesIO()
+    pq.write_table(table, buffer, row_group_size=2)  # several row groups: read batch by batch
+    buffer.seek(0)
+    return buffer
+
+
+def test_parquet_rows_are_the_same_examples_as_the_same_csv_rows():
+    import pyarrow as pa
+
+    text = (
+        b"species,island,bill_length_mm,body_mass_g\n"
+        b"Adelie,Torgersen,39.1,3750\n"
+        b"Gentoo,,,\n"
+        b"Adelie,Biscoe,40.5,4000\n"
+    )
+    table = pa.table(
+        {
+            "species": ["Adelie", "Gentoo", "Adelie"],
+            "island": ["Torgersen", None, "Biscoe"],
+            "bill_length_mm": [39.1, None, 40.5],
+            "body_mass_g": pa.array([3750, None, 4000], pa.int64()),
+        }
+    )
+    from_csv = [v for t, v in RowReader(COLUMNS, ("species",)).examples("in.csv", io.BytesIO(text))]
+    reader = RowReader(COLUMNS, ("species",), file_format="parquet")
+    from_parquet = [v for t, v in reader.examples("in.parquet", _parquet(table))]
+    assert len(from_parquet) == 3
+    assert [example_pb2.Example.FromString(e) for e in from_parquet] == [
+        example_pb2.Example.FromString(e) for e in from_csv
+    ]
+    batched = [e for t, b in reader.batches("in.parquet", _parquet(table), 2) for e in b]
+    assert [example_pb2.Example.FromString(e) for e in batched] == [
+        example_pb2.Example.FromString(e) for e in from_csv
+    ]
+
+
+def test_a_parquet_column_the_model_cannot_take_names_each_row_and_both_types():
+    import pyarrow as pa
+
+    table = pa.table(
+        {
+            "island": ["Torgersen", "Biscoe"],
+            "bill_length_mm": ["long", "39.1"],  # text where the model takes a number
+            "body_mass_g": pa.array([3750.5, 4000.0], pa.float64()),
+        }
+    )
+    reader = RowReader(COLUMNS, file_format="parquet")
+    bad = [v for t, v in reader.examples("in.parquet", _parquet(table)) if t == "bad"]
+    assert [(b.file, b.line) for b in bad] == [("in.parquet", 1), ("in.parquet", 2)]
+    assert bad[0].reason == ("column bill_length_mm holds string, where the model takes numbers")
+    without_mass = pa.table({"island": ["Dream"], "bill_length_mm": [40.0]})
+    (missing,) = [v for _, v in reader.examples("in.parquet", _parquet(without_mass))]
+    assert missing.reason == "no column body_mass_g (a model input)"
+    (unreadable,) = [v for _, v in reader.examples("x.parquet", io.BytesIO(b"a,b\n1,2\n"))]
+    assert unreadable.line == 1 and unreadable.reason.startswith("not a Parquet file: ")
