@@ -242,7 +242,7 @@ COMPONENT_TYPES: dict[str, ComponentType] = {
                     "transform_graph", "transform.module", lambda s: s.transform is not None
                 ),
                 ConditionalNeed(
-                    "hyperparameters", "a `tuner` component", lambda s: s.tuning is not None
+                    "hyperparameters", "tuning", lambda s: s.tuning is not None
                 ),
             ),
         ),
