@@ -241,9 +241,7 @@ COMPONENT_TYPES: dict[str, ComponentType] = {
                 ConditionalNeed(
                     "transform_graph", "transform.module", lambda s: s.transform is not None
                 ),
-                ConditionalNeed(
-                    "hyperparameters", "tuning", lambda s: s.tuning is not None
-                ),
+                ConditionalNeed("hyperparameters", "tuning", lambda s: s.tuning is not None),
             ),
         ),
         ComponentType(
