@@ -1822,7 +1822,8 @@ class SearchDimension(StrictModel):
 
 
 class TuningSpec(StrictModel):
-    """What a `tuner` component searches, how long, and on which nights (docs/tuning.md)."""
+    """What a `tuner` component searches, how long, and on which nights
+    (docs/training.md#tuning)."""
 
     search_space: dict[str, SearchDimension] = Field(
         default_factory=dict,
@@ -1929,7 +1930,7 @@ class PipelineSpec(StrictModel):
     tuning: TuningSpec | None = Field(
         default=None,
         description="Hyperparameter tuning by a `tuner` component: the search space, "
-        "objective, trials, budget and which nights tune (docs/tuning.md).",
+        "objective, trials, budget and which nights tune (docs/training.md#tuning).",
     )
     components: tuple[ComponentRef, ...] = Field(
         default_factory=lambda: tuple(ComponentRef(type=t) for t in DEFAULT_COMPONENTS),
