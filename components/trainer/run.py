@@ -43,6 +43,7 @@ from components.trainer.features import (
     describe,
     label_counts,
 )
+from components.trainer.hyperparameters import with_tuned
 from components.trainer.parsing import MISSING_INT, MISSING_STRING, parse_examples
 from pipelines.core.artifact_files import TRAINING_SUMMARY_FILE
 from pipelines.core.failpoints import failpoint
@@ -573,8 +574,6 @@ def run_fn(fn_args: Any) -> None:
     config = fn_args.custom_config
     trainer = config["trainer"]
     if fn_args.hyperparameters:
-        from components.tuner.generic import with_tuned
-
         values = fn_args.hyperparameters.get("values", {})
         trainer = with_tuned(trainer, values)
         absl_logging.info("training with the tuned hyperparameters %s", values)

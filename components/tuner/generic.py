@@ -18,30 +18,12 @@ from collections.abc import Mapping
 from typing import Any
 
 import keras_tuner
-from keras_tuner.src.engine import trial as trial_module
+from keras_tuner.engine import trial as trial_module
 from tfx.components.tuner.component import TunerFnResult
 
 from components.trainer import model as model_lib
 from components.trainer import run as run_lib
-
-LAYERS_SEPARATOR = ","  # hidden_units travel as "16,8": KerasTuner's choices are scalars
-
-
-def encode_layers(units) -> str:
-    """hidden_units as the string a KerasTuner choice holds."""
-    return LAYERS_SEPARATOR.join(str(int(u)) for u in units)
-
-
-def with_tuned(trainer: Mapping[str, Any], values: Mapping[str, Any]) -> dict[str, Any]:
-    """The trainer block with the tuned `values` (a HyperParameters config's `values`) in place
-    of the spec's; names the trainer does not tune are ignored."""
-    tuned = dict(trainer)
-    for name, value in values.items():
-        if name == "hidden_units":
-            tuned[name] = [int(u) for u in str(value).split(LAYERS_SEPARATOR) if u]
-        elif name in ("learning_rate", "dropout"):
-            tuned[name] = float(value)
-    return tuned
+from components.trainer.hyperparameters import encode_layers, with_tuned
 
 
 def search_space(trainer: Mapping[str, Any], space: Mapping[str, Any]):

@@ -222,3 +222,13 @@ def test_a_tuner_builds_as_an_airflow_dag(tmp_path):
     spec = load_spec("penguin", env="airflow", overrides=[WITH_TUNER, SPACE]).spec
     dag = airflow_dag(spec.to_yaml_dict(), str(tmp_path))
     assert "tuner" in dag.get_task("trainer").upstream_task_ids
+
+
+def test_tuned_values_replace_the_specs_in_the_trainers_terms():
+    from components.trainer.hyperparameters import encode_layers, with_tuned
+
+    trainer = {"learning_rate": 0.02, "hidden_units": [16, 8], "dropout": 0.0, "seed": 1}
+    tuned = with_tuned(trainer, {"learning_rate": 0.1, "hidden_units": encode_layers((32, 16))})
+    assert tuned == {"learning_rate": 0.1, "hidden_units": [32, 16], "dropout": 0.0, "seed": 1}
+    assert with_tuned(trainer, {"units_of_a_team_module": 3}) == trainer
+    assert trainer["hidden_units"] == [16, 8]  # the spec's block is left as it was
