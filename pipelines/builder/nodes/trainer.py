@@ -28,7 +28,9 @@ def build(ctx: BuildContext, node_id: str) -> None:
     never trains, and the code version (Conveyor's components plus the user code's digest)
     keys its cache, so an edit re-trains and an unchanged module stays a cache hit. On
     Kubeflow with `runtime.training.launcher` tfjob or vertex, Conveyor's Trainer task launches
-    its replicas as that job (its custom_config carries what the launch needs).
+    its replicas as that job (its custom_config carries what the launch needs). With a `tuner`
+    before it, either trainer reads `hyperparameters` (the Tuner's best, or the last tuned):
+    Conveyor's trains with their values, a run_fn gets them as `fn_args.hyperparameters`.
     """
     from tfx.proto import trainer_pb2
 
