@@ -259,11 +259,14 @@ def _trainer_arguments(
     train_args: trainer_pb2.TrainArgs,
     eval_args: trainer_pb2.EvalArgs,
     custom_config: dict[str, Any],
+    hyperparameters: types.BaseChannel | None = None,
 ) -> dict[str, Any]:
     """The arguments both trainers give TFX's TrainerSpec, with their Model and ModelRun
-    outputs; each component adds its own inputs and execution properties."""
+    outputs; each component adds its own inputs and execution properties. `hyperparameters`:
+    a Tuner's best (or the last tuned), which TFX hands run_fn as `fn_args.hyperparameters`."""
     return {
         "examples": examples,
+        "hyperparameters": hyperparameters,
         "schema": schema,
         "base_model": base_model,
         "run_fn": run_fn,
@@ -276,7 +279,8 @@ def _trainer_arguments(
 
 
 class Trainer(base_component.BaseComponent):
-    """Trainer(examples, schema, statistics, run_fn, train_args, eval_args, custom_config)."""
+    """Trainer(examples, schema, statistics, run_fn, train_args, eval_args, custom_config,
+    hyperparameters)."""
 
     SPEC_CLASS = TrainerWithStatisticsSpec
     EXECUTOR_SPEC = executor_spec.ExecutorClassSpec(Executor)
@@ -293,13 +297,21 @@ class Trainer(base_component.BaseComponent):
         custom_config: dict[str, Any],
         base_model: types.BaseChannel | None = None,
         user_code: str = "",
+        hyperparameters: types.BaseChannel | None = None,
     ):
         super().__init__(
             spec=TrainerWithStatisticsSpec(
                 statistics=statistics,
                 user_code=user_code or None,
                 **_trainer_arguments(
-                    examples, schema, base_model, run_fn, train_args, eval_args, custom_config
+                    examples,
+                    schema,
+                    base_model,
+                    run_fn,
+                    train_args,
+                    eval_args,
+                    custom_config,
+                    hyperparameters,
                 ),
             )
         )
@@ -325,6 +337,7 @@ class UserModuleTrainer(base_component.BaseComponent):
         user_code: str,
         transform_graph: types.BaseChannel | None = None,
         base_model: types.BaseChannel | None = None,
+        hyperparameters: types.BaseChannel | None = None,
     ):
         super().__init__(
             spec=UserModuleTrainerSpec(
@@ -332,7 +345,14 @@ class UserModuleTrainer(base_component.BaseComponent):
                 code_version=code_version,
                 user_code=user_code,
                 **_trainer_arguments(
-                    examples, schema, base_model, run_fn, train_args, eval_args, custom_config
+                    examples,
+                    schema,
+                    base_model,
+                    run_fn,
+                    train_args,
+                    eval_args,
+                    custom_config,
+                    hyperparameters,
                 ),
             )
         )

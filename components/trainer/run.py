@@ -43,6 +43,7 @@ from components.trainer.features import (
     describe,
     label_counts,
 )
+from components.trainer.hyperparameters import with_tuned
 from components.trainer.parsing import MISSING_INT, MISSING_STRING, parse_examples
 from pipelines.core.artifact_files import TRAINING_SUMMARY_FILE
 from pipelines.core.failpoints import failpoint
@@ -550,7 +551,10 @@ def _read_statistics(path: str) -> statistics_pb2.DatasetFeatureStatisticsList:
     return stats
 
 
-def _read_inputs(fn_args: Any) -> FeatureSet:
+def read_features(fn_args: Any) -> FeatureSet:
+    """The features the spec's trainer block describes, from the schema and the train split's
+    statistics (`custom_config["statistics_path"]`): what the Trainer and the Tuner's trials
+    build their inputs from."""
     from tensorflow_metadata.proto.v0 import schema_pb2
     from tfx.utils import io_utils
 
@@ -562,11 +566,19 @@ def _read_inputs(fn_args: Any) -> FeatureSet:
 
 
 def run_fn(fn_args: Any) -> None:
-    """TFX Trainer entry point (`run_fn="components.trainer.run.run_fn"`)."""
-    features = _read_inputs(fn_args)
+    """TFX Trainer entry point (`run_fn="components.trainer.run.run_fn"`).
+
+    With a Tuner's (or the last tuned) hyperparameters (`fn_args.hyperparameters`, a
+    KerasTuner HyperParameters config), their values replace the spec's."""
+    features = read_features(fn_args)
     config = fn_args.custom_config
+    trainer = config["trainer"]
+    if fn_args.hyperparameters:
+        values = fn_args.hyperparameters.get("values", {})
+        trainer = with_tuned(trainer, values)
+        absl_logging.info("training with the tuned hyperparameters %s", values)
     train(
-        trainer=config["trainer"],
+        trainer=trainer,
         features=features,
         train_files=fn_args.train_files,
         eval_files=fn_args.eval_files,

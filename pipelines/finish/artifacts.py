@@ -156,6 +156,25 @@ def refused_gate_findings(paths: RunPaths, run_id: str, gate_id: str) -> dict | 
     return None
 
 
+# --- tuning (Tuner) ------------------------------------------------------------------------------
+
+TUNER_RESULTS_FILE = "tuner_results.json"  # TFX's Tuner executor writes these two names
+BEST_HYPERPARAMETERS_FILE = "best_hyperparameters.txt"
+
+
+def read_tuner_trials(uri: str) -> list[dict[str, Any]]:
+    """The completed trials of a TunerResults artifact, best first, as TFX's Tuner writes them:
+    `trial_id`, `score` (the objective) and each hyperparameter's value."""
+    path = as_path(uri) / TUNER_RESULTS_FILE
+    return json.loads(path.read_text()) if path.is_file() else []
+
+
+def read_hyperparameters(uri: str) -> dict[str, Any]:
+    """The values of a HyperParameters artifact (a KerasTuner config); {} without its file."""
+    path = as_path(uri) / BEST_HYPERPARAMETERS_FILE
+    return json.loads(path.read_text()).get("values", {}) if path.is_file() else {}
+
+
 # --- the evaluation (Evaluator) ------------------------------------------------------------------
 
 

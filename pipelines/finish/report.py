@@ -786,6 +786,88 @@ def _push(nodes: dict[str, NodeArtifacts]) -> Push | None:
 
 
 @dataclass
+class Tuning:
+    """What the run did about hyperparameters: the trials when it tuned (best first, the best
+    and the spec's own setting marked), else which tuned artifact the Trainer reused."""
+
+    tuned: bool
+    note: str
+    table: Table | None = None
+
+
+def _spec_setting(spec, names) -> dict[str, Any]:
+    """The spec's own value of each searched hyperparameter, as the trials record it."""
+    values = {}
+    for name in names:
+        value = getattr(spec.trainer, name, None)
+        if name == "hidden_units":
+            values[name] = ",".join(str(u) for u in value)  # components/tuner/generic.py
+        elif value is not None:
+            values[name] = float(value)
+    return values
+
+
+def _same_setting(trial: dict[str, Any], setting: dict[str, Any]) -> bool:
+    for name, value in setting.items():
+        found = trial.get(name)
+        if isinstance(value, float):
+            if not isinstance(found, int | float) or abs(found - value) > 1e-12:
+                return False
+        elif found != value:
+            return False
+    return True
+
+
+def _tuning(nodes: dict[str, NodeArtifacts], spec) -> Tuning | None:
+    from pipelines.finish.artifacts import read_hyperparameters, read_tuner_trials
+
+    if spec.tuning is None:
+        return None
+    node, results = find_output(nodes, "TunerResults")
+    if results is not None:
+        trials = read_tuner_trials(results.uri)
+        names = sorted({k for t in trials for k in t} - {"trial_id", "score"})
+        setting = _spec_setting(spec, names)
+        rows = []
+        for index, trial in enumerate(trials):
+            marks = (["best"] if index == 0 else []) + (
+                ["the spec's setting"] if _same_setting(trial, setting) else []
+            )
+            rows.append(
+                [trial.get("trial_id"), *(trial.get(n) for n in names)]
+                + [_num(trial.get("score")), ", ".join(marks)]
+            )
+        objective = f"{spec.tuning.objective} ({spec.tuning.objective_direction.value})"
+        cached = " (a cached search of an earlier run)" if node is not None and node.cached else ""
+        return Tuning(
+            tuned=True,
+            note=f"{len(trials)} trials scored by {objective}{cached}; the Trainer trained with "
+            f"the best, HyperParameters artifact {_tuned_id(nodes)}.",
+            table=_table(("trial", *names, "score", ""), rows, numeric={len(names) + 1}),
+        )
+    trainer = next((n for n in nodes.values() if n.input("hyperparameters")), None)
+    if trainer is None:
+        return Tuning(
+            tuned=False,
+            note="This run did not tune, and no earlier run had: the Trainer trained with the "
+            "spec's values.",
+        )
+    reused = trainer.input("hyperparameters")
+    values = read_hyperparameters(reused.uri)
+    shown = ", ".join(f"{k} {v}" for k, v in sorted(values.items()))
+    return Tuning(
+        tuned=False,
+        note=f"This run did not tune (tuning.retune: {spec.tuning.retune.value}): the Trainer "
+        f"reused the last tuned hyperparameters, artifact {reused.id} ({shown}).",
+    )
+
+
+def _tuned_id(nodes: dict[str, NodeArtifacts]) -> str:
+    _, best = find_output(nodes, "HyperParameters")
+    return str(best.id) if best is not None else "-"
+
+
+@dataclass
 class TfLite:
     """The TF Lite converter's verdict and figures (components/tflite/artifact.py), and what
     the Pusher did with its model."""
@@ -858,6 +940,7 @@ def report_page(result: RunResult, paths: RunPaths, nodes: dict[str, NodeArtifac
         _section("components", lambda: _components(result, charts)),
         _section("statistics", lambda: _statistics(nodes, charts)),
         _section("data_gate", lambda: _data_gate(result, nodes)),
+        _section("tuning", lambda: _tuning(nodes, paths.spec)),
         _section("training", lambda: _training(nodes, charts)),
         _section("evaluation", lambda: _evaluation(nodes, result, paths.spec, charts)),
         _section("push", lambda: _push(nodes)),

@@ -202,6 +202,27 @@ COMPONENT_TYPES: dict[str, ComponentType] = {
             needs=("examples", "schema"),
         ),
         ComponentType(
+            "tuner",
+            "TFX's Tuner with KerasTuner: Conveyor's `tuner_fn` searches `tuning.search_space` "
+            "over Conveyor's trainer (the spec's own setting first), or the `tuner_fn` of a "
+            "run_fn `trainer.module`, unchanged. A night that `tuning.retune` does not tune "
+            "runs no Tuner: a resolver hands the Trainer the last tuned hyperparameters.",
+            f"{_NODES}.tuner:build",
+            provides=("hyperparameters",),
+            needs=("examples", "schema", "statistics"),
+            needs_when=(
+                ConditionalNeed(
+                    "transform_graph", "transform.module", lambda s: s.transform is not None
+                ),
+            ),
+            on_target={
+                Orchestrator.AIRFLOW: "`retune: weekly` builds as `reuse`: the DAG is built "
+                "once, not per night",
+                Orchestrator.KUBEFLOW: "`retune: weekly` compiles as `reuse` (TFX's "
+                "LatestArtifactStrategy): the pipeline is compiled once, not per night",
+            },
+        ),
+        ComponentType(
             "trainer",
             "Conveyor's Keras trainer (distribution, XLA, warm start, the serving signatures), "
             "or TFX's own with the team's `run_fn` (`trainer.module`).",
@@ -220,6 +241,7 @@ COMPONENT_TYPES: dict[str, ComponentType] = {
                 ConditionalNeed(
                     "transform_graph", "transform.module", lambda s: s.transform is not None
                 ),
+                ConditionalNeed("hyperparameters", "tuning", lambda s: s.tuning is not None),
             ),
         ),
         ComponentType(
@@ -310,6 +332,7 @@ ROLE_TYPES: dict[str, str] = {
     "warm_start_model": "Model",
     "transform_graph": "TransformGraph",
     "transformed_examples": "Examples",
+    "hyperparameters": "HyperParameters",
     "model": "Model",
     "baseline_model": "Model",
     "blessing": "ModelBlessing",

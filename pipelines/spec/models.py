@@ -1773,6 +1773,146 @@ class InferenceSpec(StrictModel):
     )
 
 
+class Retune(str, enum.Enum):
+    """When a night runs the Tuner; on the other nights the Trainer reuses the last tuned
+    hyperparameters ML Metadata holds."""
+
+    ALWAYS = "always"
+    WEEKLY = "weekly"
+    REUSE = "reuse"
+
+
+class Weekday(str, enum.Enum):
+    """A day of the week, as `tuning.weekday` names it."""
+
+    MONDAY = "monday"
+    TUESDAY = "tuesday"
+    WEDNESDAY = "wednesday"
+    THURSDAY = "thursday"
+    FRIDAY = "friday"
+    SATURDAY = "saturday"
+    SUNDAY = "sunday"
+
+
+class ObjectiveDirection(str, enum.Enum):
+    """Whether the tuner's objective is better higher (`max`) or lower (`min`)."""
+
+    MAX = "max"
+    MIN = "min"
+
+
+# The generic trainer's hyperparameters a `tuning.search_space` may name, with the kind of
+# value each takes. batch_size is not among them: the datasets are built once per search.
+TUNABLE_HYPERPARAMETERS = {
+    "learning_rate": "float",
+    "dropout": "float",
+    "hidden_units": "layers",
+}
+
+
+class SearchDimension(StrictModel):
+    """One hyperparameter's values to try: `choices`, or a float range `min`..`max`."""
+
+    choices: tuple[Any, ...] = Field(
+        default=(),
+        description="The values to try (learning_rate, dropout: numbers; hidden_units: lists "
+        "of layer widths).",
+    )
+    min: float | None = Field(default=None, description="A float range's lower end.")
+    max: float | None = Field(default=None, description="A float range's upper end.")
+    sampling: str = Field(
+        default="linear",
+        pattern=r"^(linear|log)$",
+        description="How a range is sampled: `linear` or `log` (a learning rate, say).",
+    )
+
+    @model_validator(mode="after")
+    def _choices_or_range(self) -> SearchDimension:
+        ranged = self.min is not None or self.max is not None
+        if bool(self.choices) == ranged:
+            raise ValueError(
+                "give either `choices` (a list of values) or a range (`min` and `max`), not "
+                "both and not neither"
+            )
+        if ranged:
+            if self.min is None or self.max is None or not self.min < self.max:
+                raise ValueError(f"a range needs min < max, got min {self.min}, max {self.max}")
+            if self.sampling == "log" and self.min <= 0:
+                raise ValueError("`sampling: log` needs min above 0")
+        return self
+
+
+class TuningSpec(StrictModel):
+    """What a `tuner` component searches, how long, and on which nights
+    (docs/training.md#tuning)."""
+
+    search_space: dict[str, SearchDimension] = Field(
+        default_factory=dict,
+        description="Conveyor's trainer: hyperparameter -> the values to try (learning_rate, "
+        "dropout, hidden_units); the trainer's own value must be among them, as the first "
+        "trial measures it. A `trainer.module` with `tuner_fn` defines its own space: leave "
+        "this empty.",
+    )
+    objective: str = Field(
+        default="val_loss",
+        pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
+        description="The Keras metric a trial is scored by (`val_loss`, `val_accuracy`...).",
+    )
+    direction: ObjectiveDirection | None = Field(
+        default=None,
+        description="`max` or `min` (unset: `min` for a loss or an error, else `max`).",
+    )
+    max_trials: int = Field(default=5, gt=0, le=100, description="Trials in one search.")
+    trial_steps: int = Field(
+        default=100, gt=0, description="The budget: training steps of each trial."
+    )
+    retune: Retune = Field(
+        default=Retune.ALWAYS,
+        description="`always` (every night tunes), `weekly` (nights on `weekday` tune) or "
+        "`reuse` (no night tunes): a night that does not tune reuses the last tuned "
+        "hyperparameters in ML Metadata.",
+    )
+    weekday: Weekday = Field(
+        default=Weekday.MONDAY, description="The night `retune: weekly` tunes on."
+    )
+
+    @field_validator("search_space")
+    @classmethod
+    def _known_hyperparameters(cls, space: dict[str, SearchDimension]):
+        for name, dimension in space.items():
+            kind = TUNABLE_HYPERPARAMETERS.get(name)
+            if kind is None:
+                raise ValueError(
+                    f"{name!r} is not a hyperparameter of Conveyor's trainer (tunable: "
+                    f"{', '.join(TUNABLE_HYPERPARAMETERS)})"
+                )
+            if kind == "layers":
+                good = dimension.choices and all(
+                    isinstance(c, list | tuple)
+                    and c
+                    and all(isinstance(w, int) and not isinstance(w, bool) and w > 0 for w in c)
+                    for c in dimension.choices
+                )
+                if not good:
+                    raise ValueError(
+                        f"{name}: give `choices`, each a list of positive layer widths "
+                        "(e.g. [[16, 8], [32, 16]])"
+                    )
+            elif dimension.choices and not all(
+                isinstance(c, int | float) and not isinstance(c, bool) for c in dimension.choices
+            ):
+                raise ValueError(f"{name}: every choice must be a number")
+        return space
+
+    @property
+    def objective_direction(self) -> ObjectiveDirection:
+        """`direction`, or the one the objective's name implies."""
+        if self.direction is not None:
+            return self.direction
+        lower = ("loss", "error")
+        return ObjectiveDirection.MIN if self.objective.endswith(lower) else ObjectiveDirection.MAX
+
+
 class TransformSpec(StrictModel):
     """TFX Transform with the team's `preprocessing_fn` (enabled by a `transform` component)."""
 
@@ -1807,6 +1947,11 @@ class PipelineSpec(StrictModel):
         default=InferenceSpec(),
         description="Batch inference: the splits, signature and table of a `bulk_inferrer` "
         "component and of `conveyor infer`.",
+    )
+    tuning: TuningSpec | None = Field(
+        default=None,
+        description="Hyperparameter tuning by a `tuner` component: the search space, "
+        "objective, trials, budget and which nights tune (docs/training.md#tuning).",
     )
     components: tuple[ComponentRef, ...] = Field(
         default_factory=lambda: tuple(ComponentRef(type=t) for t in DEFAULT_COMPONENTS),
@@ -1874,6 +2019,39 @@ class PipelineSpec(StrictModel):
                 "`transform` needs `trainer.module` with a `run_fn`: Conveyor's own trainer "
                 "reads raw columns, not Transform's output"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _tuner_is_wired(self) -> PipelineSpec:
+        listed = "tuner" in {c.type for c in self.components}
+        if listed and self.tuning is None:
+            raise ValueError(
+                "a `tuner` component needs a `tuning` block: its search_space (Conveyor's "
+                "trainer), objective, max_trials, trial_steps and retune"
+            )
+        if self.tuning is not None and not listed:
+            raise ValueError("`tuning` is set: list a `tuner` component before the trainer")
+        if self.tuning is None:
+            return self
+        if self.trainer.module is None and not self.tuning.search_space:
+            raise ValueError(
+                "tuning.search_space is empty: name at least one of Conveyor's trainer's "
+                f"hyperparameters to search ({', '.join(TUNABLE_HYPERPARAMETERS)})"
+            )
+        for name, dimension in self.tuning.search_space.items():
+            value = getattr(self.trainer, name)
+            if name == "hidden_units":
+                inside = list(value) in [list(c) for c in dimension.choices]
+            elif dimension.choices:
+                inside = any(abs(float(c) - float(value)) < 1e-12 for c in dimension.choices)
+            else:
+                inside = dimension.min <= value <= dimension.max
+            if not inside:
+                raise ValueError(
+                    f"tuning.search_space.{name}: the trainer's own value {value!r} "
+                    f"(trainer.{name}) is not among the values searched; add it, as the first "
+                    "trial measures the spec's setting and the search must beat it"
+                )
         return self
 
     @model_validator(mode="after")

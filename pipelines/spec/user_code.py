@@ -244,6 +244,9 @@ def spec_problem(spec) -> tuple[str, str] | None:
                 "which runs its own fit; profile there instead (keras.callbacks.TensorBoard("
                 "fn_args.model_run_dir, profile_batch=(start, end)) in its callbacks)."
             )
+        tuning_problem = _tuning_problem(spec, trainer_module, contract)
+        if tuning_problem:
+            return tuning_problem
         if spec.transform is not None and contract is Contract.CONVEYOR_HOOK:
             return "trainer.module", (
                 f"trainer.module {trainer_module!r} is a build_model hook, and the spec sets "
@@ -273,5 +276,34 @@ def spec_problem(spec) -> tuple[str, str] | None:
                 f"{key}: {feature.embedding.module!r} is not a SavedModel folder (no "
                 f"saved_model.pb in {folder}); save the module there (tf.saved_model.save) "
                 "or point at one on disk: nothing is downloaded."
+            )
+    return None
+
+
+def _tuning_problem(spec, module: str, contract: Contract) -> tuple[str, str] | None:
+    """With a `tuner` component and a trainer module: a run_fn module must bind `tuner_fn`
+    (TFX's Tuner runs it unchanged, with its own search space), and a build_model hook builds
+    the network, so only the learning rate is Conveyor's to search."""
+    if spec.tuning is None:
+        return None
+    space = spec.tuning.search_space
+    if contract is Contract.TFX_RUN_FN:
+        if "tuner_fn" not in top_level_names(find_source(module)):
+            return "trainer.module", (
+                f"trainer.module {module!r} defines no `tuner_fn` at its top level, which a "
+                "`tuner` component runs for a run_fn module (TFX's contract: tuner_fn(fn_args) "
+                "returning a TunerFnResult); add one, or remove the `tuner` component."
+            )
+        if space:
+            return "tuning.search_space", (
+                f"tuning.search_space: trainer.module {module!r} is a run_fn module whose "
+                "tuner_fn defines its own search space; leave tuning.search_space empty."
+            )
+    else:
+        extra = sorted(set(space) - {"learning_rate"})
+        if extra:
+            return "tuning.search_space", (
+                f"tuning.search_space: {extra} shape Conveyor's dense stack, which trainer.module "
+                f"{module!r} (a build_model hook) replaces; search learning_rate only."
             )
     return None

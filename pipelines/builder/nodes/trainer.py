@@ -28,7 +28,9 @@ def build(ctx: BuildContext, node_id: str) -> None:
     never trains, and the code version (Conveyor's components plus the user code's digest)
     keys its cache, so an edit re-trains and an unchanged module stays a cache hit. On
     Kubeflow with `runtime.training.launcher` tfjob or vertex, Conveyor's Trainer task launches
-    its replicas as that job (its custom_config carries what the launch needs).
+    its replicas as that job (its custom_config carries what the launch needs). With a `tuner`
+    before it, either trainer reads `hyperparameters` (the Tuner's best, or the last tuned):
+    Conveyor's trains with their values, a run_fn gets them as `fn_args.hyperparameters`.
     """
     from tfx.proto import trainer_pb2
 
@@ -40,6 +42,8 @@ def build(ctx: BuildContext, node_id: str) -> None:
     train_args = trainer_pb2.TrainArgs(num_steps=trainer.train_steps)
     eval_args = trainer_pb2.EvalArgs(num_steps=trainer.eval_steps)
     base_model = ctx.need("warm_start_model", node_id) if trainer.warm_start else None
+    # A tuner node's best (or, on a night that does not tune, the last tuned) hyperparameters.
+    hyperparameters = ctx.need("hyperparameters", node_id) if ctx.has("hyperparameters") else None
     # On Kubeflow, the replicas a cluster launcher starts (components/trainer/cluster.py).
     cluster = launch_config(ctx.spec, node_id) if ctx.target is Orchestrator.KUBEFLOW else None
     if cluster:
@@ -75,6 +79,7 @@ def build(ctx: BuildContext, node_id: str) -> None:
             code_version=version,
             user_code=_user_code_label(found),
             base_model=base_model,
+            hyperparameters=hyperparameters,
         ).with_id(node_id)
     else:
         from components.trainer.component import Trainer
@@ -95,6 +100,7 @@ def build(ctx: BuildContext, node_id: str) -> None:
             },
             base_model=base_model,
             user_code=_user_code_label(found),
+            hyperparameters=hyperparameters,
         ).with_id(node_id)
     for gate in ctx.gates:  # a gate that fails stops the run before any training
         node.add_upstream_node(gate)
