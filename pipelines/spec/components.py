@@ -219,7 +219,8 @@ COMPONENT_TYPES: dict[str, ComponentType] = {
                 Orchestrator.AIRFLOW: "`retune: weekly` builds as `reuse`: the DAG is built "
                 "once, not per night",
                 Orchestrator.KUBEFLOW: "`retune: weekly` compiles as `reuse` (TFX's "
-                "LatestArtifactStrategy): the pipeline is compiled once, not per night",
+                "LatestArtifactStrategy): the pipeline is compiled once, not per night; that "
+                "resolver task runs on Vertex AI, not on open-source KFP",
             },
         ),
         ComponentType(
