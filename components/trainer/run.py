@@ -417,12 +417,6 @@ def train(
         features, warm_weights = model_lib.read_warm_start(base_model_dir, features, trainer)
 
     preprocessor = model_lib.Preprocessor(features)
-    body = spec = None
-    if trainer.get("module"):  # the team's build_model hook replaces the dense stack
-        from pipelines.spec.models import TrainerSpec
-
-        body = model_lib.load_build_model(trainer["module"])
-        spec = TrainerSpec.model_validate(trainer)
     counted = count_unseen_labels(
         {"train": train_files, "eval": eval_files}, features, preprocessor, statistics
     )
@@ -437,21 +431,7 @@ def train(
     keras.mixed_precision.set_global_policy(policy)
     try:
         with strategy.scope():
-            network = model_lib.build_network(
-                preprocessor.width,
-                features.label,
-                tuple(trainer.get("hidden_units", (32, 16))),
-                float(trainer.get("dropout", 0.0)),
-                body=body,
-                spec=spec,
-            )
-            model_lib.compile_network(
-                network,
-                features.label,
-                learning_rate,
-                jit_compile,
-                trainer.get("gradient_clip_norm"),
-            )
+            network = compiled_network(trainer, features, preprocessor, learning_rate, jit_compile)
         if warm_weights is not None:
             network.set_weights(warm_weights)
         initial_loss = float(network.evaluate(eval_ds, steps=eval_steps, verbose=0)[0])
@@ -549,6 +529,36 @@ def _read_statistics(path: str) -> statistics_pb2.DatasetFeatureStatisticsList:
     with tf.io.gfile.GFile(path, "rb") as handle:
         stats.ParseFromString(handle.read())
     return stats
+
+
+def compiled_network(
+    trainer: Mapping[str, Any],
+    features: FeatureSet,
+    preprocessor: model_lib.Preprocessor,
+    learning_rate: float,
+    jit_compile: bool,
+):
+    """The trainer block's network, compiled: the dense stack of `hidden_units` and `dropout`,
+    or the team's `build_model` hook in its place when `trainer.module` names one. What the
+    Trainer trains and what each of the Tuner's trials trains (components/tuner/generic.py)."""
+    body = spec = None
+    if trainer.get("module"):
+        from pipelines.spec.models import TrainerSpec
+
+        body = model_lib.load_build_model(trainer["module"])
+        spec = TrainerSpec.model_validate(trainer)
+    network = model_lib.build_network(
+        preprocessor.width,
+        features.label,
+        tuple(trainer.get("hidden_units", (32, 16))),
+        float(trainer.get("dropout", 0.0)),
+        body=body,
+        spec=spec,
+    )
+    model_lib.compile_network(
+        network, features.label, learning_rate, jit_compile, trainer.get("gradient_clip_norm")
+    )
+    return network
 
 
 def read_features(fn_args: Any) -> FeatureSet:

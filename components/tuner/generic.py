@@ -97,26 +97,9 @@ class GenericTuner(keras_tuner.engine.base_tuner.BaseTuner):
         eval_ds = run_lib.make_dataset(
             fn_args.eval_files, features, self._preprocessor, batch_size, seed, shuffle=False
         )
-        body = spec = None
-        if trainer.get("module"):
-            from pipelines.spec.models import TrainerSpec
-
-            body = model_lib.load_build_model(trainer["module"])
-            spec = TrainerSpec.model_validate(trainer)
-        network = model_lib.build_network(
-            self._preprocessor.width,
-            features.label,
-            tuple(trainer.get("hidden_units", (32, 16))),
-            float(trainer.get("dropout", 0.0)),
-            body=body,
-            spec=spec,
-        )
-        model_lib.compile_network(
-            network,
-            features.label,
-            float(trainer["learning_rate"]),
-            False,
-            trainer.get("gradient_clip_norm"),
+        learning_rate = float(trainer["learning_rate"])
+        network = run_lib.compiled_network(
+            trainer, features, self._preprocessor, learning_rate, jit_compile=False
         )
         history = network.fit(
             train_ds,
