@@ -22,8 +22,8 @@ from tfx.types import artifact_utils, standard_artifacts, standard_component_spe
 from tfx.types.component_spec import ChannelParameter
 from tfx.utils import json_utils
 
-STATISTICS_KEY = "statistics"
-STATISTICS_PATH_KEY = "statistics_path"
+# The statistics input's name and the key run.read_features reads its path from: the Trainer's.
+from components.trainer.component import STATISTICS_KEY, STATISTICS_PATH_KEY
 
 
 class TunerWithStatisticsSpec(standard_component_specs.TunerSpec):
