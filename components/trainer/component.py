@@ -163,6 +163,25 @@ def record_summary(output_dict, model_run_uri: str | None = None) -> None:
         model.set_float_custom_property(f"conveyor_final_{name}", value)
 
 
+def statistics_path(statistics, split: str) -> str:
+    """A split's statistics file in an ExampleStatistics artifact (what run.py reads)."""
+    return os.path.join(
+        artifact_utils.get_split_uri([statistics], split),
+        stats_artifact_utils.BINARY_PB_BASENAME,
+    )
+
+
+def without_statistics(
+    input_dict: dict[str, Any], exec_properties: dict[str, Any], custom_config: dict[str, Any]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """What TFX's executor is handed once the statistics' paths are in `custom_config`: the
+    inputs without the statistics (TFX's FnArgs do not know them) and the execution properties
+    with that `custom_config`. The Trainer's and the Tuner's executors both pass it on so."""
+    inputs = {k: v for k, v in input_dict.items() if k != STATISTICS_KEY}
+    config = json_utils.dumps(custom_config)
+    return inputs, {**exec_properties, standard_component_specs.CUSTOM_CONFIG_KEY: config}
+
+
 class Executor(tfx_trainer_executor.GenericExecutor):
     """TFX's GenericExecutor, told where the statistics and this training's checkpoints are."""
 
@@ -192,18 +211,11 @@ class Executor(tfx_trainer_executor.GenericExecutor):
             record_user_code(output_dict, exec_properties)
             return
         statistics = artifact_utils.get_single_instance(input_dict[STATISTICS_KEY])
-        path = os.path.join(
-            artifact_utils.get_split_uri([statistics], "train"),
-            stats_artifact_utils.BINARY_PB_BASENAME,
-        )
         custom_config = json_utils.loads(config_json or "null") or {}
-        custom_config[STATISTICS_PATH_KEY] = path
+        custom_config[STATISTICS_PATH_KEY] = statistics_path(statistics, "train")
         # Every split's, for counting the rows whose label the model does not know (run.py).
         split_paths = {
-            split: os.path.join(
-                artifact_utils.get_split_uri([statistics], split),
-                stats_artifact_utils.BINARY_PB_BASENAME,
-            )
+            split: statistics_path(statistics, split)
             for split in artifact_utils.decode_split_names(statistics.split_names)
         }
         custom_config[STATISTICS_PATHS_KEY] = {
@@ -212,11 +224,7 @@ class Executor(tfx_trainer_executor.GenericExecutor):
             if fileio.exists(split_path)
         }
         custom_config[CHECKPOINT_DIR_KEY] = checkpoint_dir(input_dict, output_dict, custom_config)
-        exec_properties = {
-            **exec_properties,
-            standard_component_specs.CUSTOM_CONFIG_KEY: json_utils.dumps(custom_config),
-        }
-        inputs = {k: v for k, v in input_dict.items() if k != STATISTICS_KEY}
+        inputs, exec_properties = without_statistics(input_dict, exec_properties, custom_config)
         super().Do(inputs, output_dict, exec_properties)
         record_summary(output_dict)
         record_user_code(output_dict, exec_properties)

@@ -9,12 +9,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-LAYERS_SEPARATOR = ","  # hidden_units travel as "16,8": KerasTuner's choices are scalars
+# The spelling of hidden_units is the spec's, which the report reads too.
+from pipelines.spec.models import LAYERS_SEPARATOR, encode_layers
 
-
-def encode_layers(units) -> str:
-    """hidden_units as the string a KerasTuner choice holds."""
-    return LAYERS_SEPARATOR.join(str(int(u)) for u in units)
+__all__ = ["LAYERS_SEPARATOR", "encode_layers", "with_tuned"]
 
 
 def with_tuned(trainer: Mapping[str, Any], values: Mapping[str, Any]) -> dict[str, Any]:

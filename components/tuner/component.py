@@ -10,11 +10,9 @@ Tuner executor unchanged: the search, `best_hyperparameters.txt` and `tuner_resu
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from tfx import types
-from tfx.components.statistics_gen import stats_artifact_utils
 from tfx.components.tuner import executor as tfx_tuner_executor
 from tfx.dsl.components.base import base_component, executor_spec
 from tfx.proto import trainer_pb2
@@ -22,8 +20,14 @@ from tfx.types import artifact_utils, standard_artifacts, standard_component_spe
 from tfx.types.component_spec import ChannelParameter
 from tfx.utils import json_utils
 
-# The statistics input's name and the key run.read_features reads its path from: the Trainer's.
-from components.trainer.component import STATISTICS_KEY, STATISTICS_PATH_KEY
+# The statistics input, the key run.read_features reads its path from, and how the Trainer
+# hands both to TFX's executor: the Tuner's trials read the statistics as the Trainer does.
+from components.trainer.component import (
+    STATISTICS_KEY,
+    STATISTICS_PATH_KEY,
+    statistics_path,
+    without_statistics,
+)
 
 
 class TunerWithStatisticsSpec(standard_component_specs.TunerSpec):
@@ -44,15 +48,8 @@ class Executor(tfx_tuner_executor.Executor):
         statistics = artifact_utils.get_single_instance(input_dict[STATISTICS_KEY])
         config_json = exec_properties.get(standard_component_specs.CUSTOM_CONFIG_KEY)
         custom_config = json_utils.loads(config_json or "null") or {}
-        custom_config[STATISTICS_PATH_KEY] = os.path.join(
-            artifact_utils.get_split_uri([statistics], "train"),
-            stats_artifact_utils.BINARY_PB_BASENAME,
-        )
-        exec_properties = {
-            **exec_properties,
-            standard_component_specs.CUSTOM_CONFIG_KEY: json_utils.dumps(custom_config),
-        }
-        inputs = {k: v for k, v in input_dict.items() if k != STATISTICS_KEY}
+        custom_config[STATISTICS_PATH_KEY] = statistics_path(statistics, "train")
+        inputs, exec_properties = without_statistics(input_dict, exec_properties, custom_config)
         super().Do(inputs, output_dict, exec_properties)
 
 

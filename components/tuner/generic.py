@@ -24,6 +24,7 @@ from tfx.components.tuner.component import TunerFnResult
 from components.trainer import model as model_lib
 from components.trainer import run as run_lib
 from components.trainer.hyperparameters import encode_layers, with_tuned
+from pipelines.spec.models import TuningSpec
 
 
 def search_space(trainer: Mapping[str, Any], space: Mapping[str, Any]):
@@ -121,12 +122,10 @@ def tuner_fn(fn_args: Any) -> TunerFnResult:
     trainer, tuning = config["trainer"], config["tuning"]
     features = run_lib.read_features(fn_args)
     preprocessor = model_lib.Preprocessor(features)
-    objective = tuning["objective"]
-    direction = tuning.get("direction") or (
-        "min" if objective.endswith(("loss", "error")) else "max"
-    )
+    # The spec's rule for an unset direction (min for a loss or an error), not a copy of it.
+    direction = TuningSpec.model_validate(tuning).objective_direction.value
     oracle = DefaultFirstOracle(
-        objective=keras_tuner.Objective(objective, direction),
+        objective=keras_tuner.Objective(tuning["objective"], direction),
         max_trials=int(tuning["max_trials"]),
         hyperparameters=search_space(trainer, tuning["search_space"]),
         seed=int(trainer.get("seed", 42)),

@@ -797,11 +797,13 @@ class Tuning:
 
 def _spec_setting(spec, names) -> dict[str, Any]:
     """The spec's own value of each searched hyperparameter, as the trials record it."""
+    from pipelines.spec.models import encode_layers
+
     values = {}
     for name in names:
         value = getattr(spec.trainer, name, None)
         if name == "hidden_units":
-            values[name] = ",".join(str(u) for u in value)  # components/tuner/generic.py
+            values[name] = encode_layers(value)
         elif value is not None:
             values[name] = float(value)
     return values

@@ -1182,10 +1182,15 @@ def parse_beam_args(args: tuple[str, ...] | list[str]) -> dict[str, list[str]]:
     return options
 
 
+def _runner_of(options: dict[str, list[str]]) -> str:
+    """The runner parsed Beam arguments choose: the last `--runner`, else DirectRunner."""
+    return (options.get("runner") or ["DirectRunner"])[-1]
+
+
 def check_beam_args(args: tuple[str, ...] | list[str]) -> str:
     """Validates the Beam arguments a profile gives and returns the runner they choose."""
     options = parse_beam_args(args)
-    runner = (options.get("runner") or ["DirectRunner"])[-1]
+    runner = _runner_of(options)
     if runner not in _BEAM_RUNNERS:
         raise ValueError(f"unknown runner {runner!r} (known: {', '.join(_BEAM_RUNNERS)})")
     missing = [f"--{k}" for k in _BEAM_RUNNERS[runner] if not options.get(k)]
@@ -1225,8 +1230,7 @@ def runner_beam_args(args: tuple[str, ...] | list[str]) -> list[str]:
     `--job_server_timeout` for a job-service runner when the profile sets none."""
     args = list(args)
     options = parse_beam_args(args)
-    runner = (options.get("runner") or ["DirectRunner"])[-1]
-    if runner in JOB_SERVICE_RUNNERS and "job_server_timeout" not in options:
+    if _runner_of(options) in JOB_SERVICE_RUNNERS and "job_server_timeout" not in options:
         args.append(f"--job_server_timeout={JOB_SERVICE_TIMEOUT_SECONDS}")
     return args
 
@@ -1808,6 +1812,15 @@ TUNABLE_HYPERPARAMETERS = {
     "dropout": "float",
     "hidden_units": "layers",
 }
+
+
+LAYERS_SEPARATOR = ","  # hidden_units travel as "16,8": KerasTuner's choices are scalars
+
+
+def encode_layers(units) -> str:
+    """hidden_units as a KerasTuner choice holds them and a trial records them ("32,16"): the
+    tuner's search space, the Trainer reading the best back and the report all spell it so."""
+    return LAYERS_SEPARATOR.join(str(int(u)) for u in units)
 
 
 class SearchDimension(StrictModel):
