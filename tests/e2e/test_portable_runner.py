@@ -3,9 +3,11 @@ Beam's own job service, with SDK workers in separate processes started by a work
 (tests/beam_portable.py), reading and writing the S3 emulator's bucket. The pre-flight a team
 runs before paying for Dataflow, Flink or Spark (docs/data-at-scale.md).
 
-One stack for the module; on it, penguin and one taxi night whole (ci sizes), each also run
-with the DirectRunner in memory in the same profile (only `runtime.beam_args` differ), and
-compared:
+One stack for the module; on it, one taxi night whole (ci sizes), also run with the DirectRunner
+in memory in the same profile (only `runtime.beam_args` differ), and compared. Taxi rather than
+penguin: the same Beam stages (ExampleGen, StatisticsGen, the Evaluator) on nine times the rows,
+a dated span folder listed in the bucket and sliced metrics; penguin's own bucket runs are
+tests/e2e/test_bucket_run.py's.
 
 - every Beam stage ran in a worker process that registered s3:// through the plugin the profile
   names, and the run's outputs are in the bucket only;
@@ -44,12 +46,9 @@ pytestmark = pytest.mark.e2e
 
 RUN_SECONDS = 600
 DIRECT_IN_MEMORY = 'runtime.beam_args=["--direct_running_mode=in_memory", "--direct_num_workers=1"]'
-# The sizes of the `ci` profile and the project's configs/ci.yaml for penguin.
-PENGUIN_CI_SIZES = ["trainer.train_steps=150", "trainer.eval_steps=5"]
 TAXI_NIGHT = "2026-11-28"
-# The stages that run on Beam in each pipeline, one Beam job (and one SDK worker) each.
-BEAM_STAGES = {"penguin": ("csv_example_gen", "statistics_gen", "evaluator"),
-               "taxi": ("csv_example_gen", "statistics_gen", "evaluator")}  # fmt: skip
+# The stages that run on Beam, one Beam job (and one SDK worker) each.
+BEAM_STAGES = ("csv_example_gen", "statistics_gen", "evaluator")
 
 
 def _portable_args(stack: PortableBeam) -> list[str]:
@@ -137,9 +136,6 @@ def runs(stack, storage_emulators, tmp_path_factory) -> Runs:
     taxi_night = ["--date", TAXI_NIGHT]
     found = {}
     for label, beam in (("portable", portable), ("direct", [DIRECT_IN_MEMORY])):
-        found["penguin", label] = _run(
-            "penguin", "penguin", label, beam + PENGUIN_CI_SIZES, [], storage_emulators, tmp
-        )
         found["taxi", label] = _run("taxi", "taxi", label, beam, taxi_night, storage_emulators, tmp)
     started = stack.log("worker_pool").count("Starting worker with command")
     return Runs(found, stack.worker_pids(), started)
@@ -167,16 +163,15 @@ def test_the_profile_is_the_portable_runner_with_external_workers_and_the_plugin
     assert parse_beam_args(pointed.spec.runtime.beam_args)["job_endpoint"] == [stack.job_endpoint]
 
 
-@pytest.mark.parametrize("pipeline", ["penguin", "taxi"])
-def test_both_runs_succeed_and_every_beam_stage_ran_in_a_worker_process(runs, stack, pipeline):
+def test_both_runs_succeed_and_every_beam_stage_ran_in_a_worker_process(runs, stack):
     for label in ("portable", "direct"):
-        run = runs[pipeline, label]
+        run = runs["taxi", label]
         assert run.process.returncode == 0, run.out()
         states = _states(run)
-        assert all(states.get(stage) == "executed" for stage in BEAM_STAGES[pipeline]), run.out()
-    assert "PUSHED: " in runs[pipeline, "portable"].process.stdout
+        assert all(states.get(stage) == "executed" for stage in BEAM_STAGES), run.out()
+    assert "PUSHED: " in runs["taxi", "portable"].process.stdout
     # One SDK worker per Beam job, each a process of its own that imported the plugin.
-    jobs = sum(len(stages) for stages in BEAM_STAGES.values())
+    jobs = len(BEAM_STAGES)
     table = "\n".join(run.process.stdout for run in runs.by_key.values())
     assert len(runs.worker_pids) == runs.workers_started == jobs, table
     # ... and exited cleanly: tensorflow-io's S3 plugin aborts a process at exit once used
@@ -185,12 +180,11 @@ def test_both_runs_succeed_and_every_beam_stage_ran_in_a_worker_process(runs, st
 
 
 def test_the_portable_runs_outputs_are_in_the_bucket_only(runs):
-    for pipeline in ("penguin", "taxi"):
-        run = runs[pipeline, "portable"]
-        assert storage.glob(f"{run.root}/statistics_gen/statistics/*/Split-*/FeatureStats.pb")
-        local = [str(p.relative_to(run.state_dir)) for p in run.state_dir.rglob("*")]
-        assert not [name for name in local if "pipeline_root" in name], local
-        assert storage.glob(f"{run.root}/evaluator/evaluation/*/metrics*")
+    run = runs["taxi", "portable"]
+    assert storage.glob(f"{run.root}/statistics_gen/statistics/*/Split-*/FeatureStats.pb")
+    local = [str(p.relative_to(run.state_dir)) for p in run.state_dir.rglob("*")]
+    assert not [name for name in local if "pipeline_root" in name], local
+    assert storage.glob(f"{run.root}/evaluator/evaluation/*/metrics*")
 
 
 def _tfrecords(data: bytes) -> list[bytes]:
@@ -220,15 +214,13 @@ def _examples_under(folder: str) -> dict[str, list[bytes]]:
     return {split: sorted(records) for split, records in found.items()}
 
 
-@pytest.mark.parametrize("pipeline", ["penguin", "taxi"])
-def test_the_examples_are_the_direct_runners(runs, pipeline):
-    portable = _examples(runs[pipeline, "portable"])
-    direct = _examples(runs[pipeline, "direct"])
+def test_the_examples_are_the_direct_runners(runs):
+    portable = _examples(runs["taxi", "portable"])
+    direct = _examples(runs["taxi", "direct"])
     assert sorted(direct) == ["Split-eval", "Split-train"]
     assert {s: len(r) for s, r in portable.items()} == {s: len(r) for s, r in direct.items()}
     assert portable == direct
-    if pipeline == "taxi":
-        assert sum(len(records) for records in direct.values()) == 3000  # ci's rows of the sample
+    assert sum(len(records) for records in direct.values()) == 3000  # ci's rows of the sample
 
 
 def _statistics(run: Run) -> dict[str, dict]:
@@ -245,10 +237,9 @@ def _statistics(run: Run) -> dict[str, dict]:
     return found
 
 
-@pytest.mark.parametrize("pipeline", ["penguin", "taxi"])
-def test_the_statistics_are_the_direct_runners(runs, pipeline):
-    portable = _statistics(runs[pipeline, "portable"])
-    direct = _statistics(runs[pipeline, "direct"])
+def test_the_statistics_are_the_direct_runners(runs):
+    portable = _statistics(runs["taxi", "portable"])
+    direct = _statistics(runs["taxi", "direct"])
     assert sorted(direct) == ["Split-eval", "Split-train"]
     assert_same_up_to_float_sums(portable, direct)
 
@@ -268,12 +259,10 @@ def _evaluation(run: Run) -> tuple[dict[str, dict], dict]:
     return by_slice, json_format.MessageToDict(validation)
 
 
-@pytest.mark.parametrize("pipeline", ["penguin", "taxi"])
-def test_the_evaluation_is_the_direct_runners(runs, pipeline):
-    portable, portable_validation = _evaluation(runs[pipeline, "portable"])
-    direct, direct_validation = _evaluation(runs[pipeline, "direct"])
-    if pipeline == "penguin":
-        assert len(direct) == 4  # the whole set and each of the three islands
+def test_the_evaluation_is_the_direct_runners(runs):
+    portable, portable_validation = _evaluation(runs["taxi", "portable"])
+    direct, direct_validation = _evaluation(runs["taxi", "direct"])
+    assert len(direct) > 1  # the whole set and each payment type
     assert_same_up_to_float_sums(portable, direct, "metrics")
     assert portable_validation == direct_validation
     assert direct_validation["validationOk"] is True
