@@ -205,8 +205,9 @@ COMPONENT_TYPES: dict[str, ComponentType] = {
             "tuner",
             "TFX's Tuner with KerasTuner: Conveyor's `tuner_fn` searches `tuning.search_space` "
             "over Conveyor's trainer (the spec's own setting first), or the `tuner_fn` of a "
-            "run_fn `trainer.module`, unchanged. A night that `tuning.retune` does not tune "
-            "runs no Tuner: a resolver hands the Trainer the last tuned hyperparameters.",
+            "run_fn `trainer.module`, unchanged. A night tunes when `tuning.retune` says so, "
+            "when no search completed yet, or when the schema changed since the last; any "
+            "other runs no Tuner: a resolver hands the Trainer the last tuned hyperparameters.",
             f"{_NODES}.tuner:build",
             provides=("hyperparameters",),
             needs=("examples", "schema", "statistics"),
@@ -219,7 +220,8 @@ COMPONENT_TYPES: dict[str, ComponentType] = {
                 Orchestrator.AIRFLOW: "`retune: weekly` builds as `reuse`: the DAG is built "
                 "once, not per night",
                 Orchestrator.KUBEFLOW: "`retune: weekly` compiles as `reuse` (TFX's "
-                "LatestArtifactStrategy): the pipeline is compiled once, not per night; that "
+                "LatestArtifactStrategy), and neither tunes a first search or a changed schema: "
+                "the pipeline is compiled once, not per night, without ML Metadata; that "
                 "resolver task runs on Vertex AI, not on open-source KFP",
             },
         ),

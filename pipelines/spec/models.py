@@ -1882,11 +1882,16 @@ class TuningSpec(StrictModel):
     retune: Retune = Field(
         default=Retune.ALWAYS,
         description="`always` (every night tunes), `weekly` (nights on `weekday` tune) or "
-        "`reuse` (no night tunes): a night that does not tune reuses the last tuned "
-        "hyperparameters in ML Metadata.",
+        "`reuse` (no night tunes on schedule): a night that does not tune reuses the last "
+        "tuned hyperparameters in ML Metadata; one with none there tunes (docs/training.md).",
     )
     weekday: Weekday = Field(
         default=Weekday.MONDAY, description="The night `retune: weekly` tunes on."
+    )
+    retune_on_schema_change: bool = Field(
+        default=True,
+        description="A night that would reuse tunes instead when the schema it trains under "
+        "differs from the one the last search read (a column added, dropped or retyped).",
     )
 
     @field_validator("search_space")

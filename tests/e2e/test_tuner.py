@@ -1,7 +1,8 @@
-"""Tuning through the real pipeline on penguin (ci profile), two nights in one workdir: the
-first tunes (TFX's Tuner, Conveyor's tuner_fn, four trials, the spec's own setting first) and
-the Trainer trains with the best, which beats the spec's setting; the second, on new rows,
-runs no Tuner and its Trainer reuses the first night's HyperParameters from ML Metadata. Both
+"""Tuning through the real pipeline on penguin (ci profile), two nights in one workdir, both
+with `tuning.retune: reuse`: the first tunes, as ML Metadata holds no search yet (TFX's Tuner,
+Conveyor's tuner_fn, four trials, the spec's own setting first), and the Trainer trains with
+the best, which beats the spec's setting; the second, on new rows under the same schema, runs
+no Tuner and its Trainer reuses the first night's HyperParameters from ML Metadata. Both
 reports say so."""
 
 import json
@@ -41,7 +42,7 @@ def _spec(workdir: Path, retune: str):
 def nights(tmp_path_factory):
     workdir = tmp_path_factory.mktemp("tuner")
     assert cli.main(["data", "penguin", "--workdir", str(workdir)]) == 0
-    first_spec = _spec(workdir, "always")
+    first_spec = _spec(workdir, "reuse")  # nothing tuned yet: tunes
     first = nightly.run(first_spec, workdir, echo=lambda _: None)
     paths = RunPaths(workdir=workdir, spec=first_spec.spec)
     # The next night: fewer rows, so the Trainer trains again rather than being a cache hit.

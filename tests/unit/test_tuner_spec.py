@@ -165,16 +165,108 @@ def test_a_tuning_night_builds_the_tuner_and_feeds_its_best_to_the_trainer(tmp_p
     assert nodes["data_gate"] in tuner.upstream_nodes  # no trial trains on blocked data
 
 
+def _record_search(spec, workdir, schema: bytes) -> str:
+    """Records in the run's real ML Metadata store what TFX records of a Tuner that completed:
+    its execution under the `penguin.tuner` node and a run context, having read a Schema
+    artifact holding `schema` and written a HyperParameters artifact. Returns the latter's uri."""
+    from ml_metadata.proto import metadata_store_pb2 as pb
+
+    from pipelines.core.metadata import connection_config
+    from pipelines.core.paths import RunPaths
+
+    paths = RunPaths(workdir=workdir.resolve(), spec=spec)
+    paths.metadata_path.parent.mkdir(parents=True, exist_ok=True)
+    from ml_metadata.metadata_store import metadata_store
+
+    store = metadata_store.MetadataStore(connection_config(spec, paths.metadata_path))
+    schema_dir = workdir / "root/schema_gen/schema/3"
+    schema_dir.mkdir(parents=True)
+    (schema_dir / "schema.pbtxt").write_bytes(schema)
+    best = workdir / "root/tuner/best_hyperparameters/5"
+
+    def type_id(put, kind, name):
+        return put(kind(name=name))
+
+    schema_type = type_id(store.put_artifact_type, pb.ArtifactType, "Schema")
+    best_type = type_id(store.put_artifact_type, pb.ArtifactType, "HyperParameters")
+    tuner_type = type_id(store.put_execution_type, pb.ExecutionType, "tfx.components.Tuner")
+    node_type = type_id(store.put_context_type, pb.ContextType, "node")
+    run_type = type_id(store.put_context_type, pb.ContextType, "pipeline_run")
+    read, wrote = store.put_artifacts(
+        [
+            pb.Artifact(type_id=schema_type, uri=str(schema_dir), state=pb.Artifact.LIVE),
+            pb.Artifact(type_id=best_type, uri=str(best), state=pb.Artifact.LIVE),
+        ]
+    )
+    contexts = store.put_contexts(
+        [
+            pb.Context(type_id=node_type, name="penguin.tuner"),
+            pb.Context(type_id=run_type, name="penguin-20261130T010000Z"),
+        ]
+    )
+    (execution,) = store.put_executions(
+        [pb.Execution(type_id=tuner_type, last_known_state=pb.Execution.COMPLETE)]
+    )
+    store.put_events(
+        [
+            pb.Event(execution_id=execution, artifact_id=read, type=pb.Event.INPUT),
+            pb.Event(execution_id=execution, artifact_id=wrote, type=pb.Event.OUTPUT),
+        ]
+    )
+    store.put_attributions_and_associations(
+        [],
+        [pb.Association(context_id=c, execution_id=execution) for c in contexts],
+    )
+    return str(best)
+
+
 def test_a_night_that_does_not_tune_resolves_the_latest_hyperparameters(tmp_path):
     from tfx.dsl.input_resolution.strategies.latest_artifact_strategy import (
         LatestArtifactStrategy,
     )
 
-    nodes = _nodes(_load("tuning.retune=reuse").spec, tmp_path)
+    from pipelines.core.metadata import last_tuning, open_store
+    from pipelines.core.paths import RunPaths, project_file
+
+    spec = _load("tuning.retune=reuse").spec
+    best = _record_search(spec, tmp_path, project_file(spec.schema_.path).read_bytes())
+    store = open_store(spec, RunPaths(workdir=tmp_path.resolve(), spec=spec).metadata_path)
+    last = last_tuning(store, "penguin", "tuner")
+    assert last.hyperparameters_uri == best and last.run_id == "penguin-20261130T010000Z"
+    nodes = _nodes(spec, tmp_path)
     assert "tuner" not in nodes
     resolver = nodes["tuner" + LATEST_SUFFIX]
     assert resolver.exec_properties["resolver_class"] is LatestArtifactStrategy
     assert nodes["trainer"].inputs["hyperparameters"] is resolver.outputs["hyperparameters"]
+
+
+def test_reuse_tunes_while_ml_metadata_holds_no_search(tmp_path):
+    from pipelines.builder.nodes.tuner import TuneReason, tune_reason
+    from pipelines.builder.pipeline import build_nodes
+    from pipelines.core.paths import RunPaths
+
+    spec = _load("tuning.retune=reuse").spec
+    ctx = build_nodes(spec, RunPaths(workdir=tmp_path.resolve(), spec=spec))
+    assert "tuner" in {n.id for n in ctx.nodes}
+    assert "tuner" + LATEST_SUFFIX not in {n.id for n in ctx.nodes}
+    assert ctx.notes["tuner"] == "tunes: none_tuned"
+    assert tune_reason(ctx, "tuner", TUESDAY) is TuneReason.NONE_TUNED
+
+
+@pytest.mark.parametrize("on_change", [True, False])
+def test_a_schema_other_than_the_last_searchs_tunes_again_unless_told_not_to(tmp_path, on_change):
+    from pipelines.core.paths import project_file
+
+    spec = _load("tuning.retune=reuse", f"tuning.retune_on_schema_change={on_change}").spec
+    curated = project_file(spec.schema_.path).read_bytes()
+    # The last search read the curated schema before a column was added to it.
+    _record_search(spec, tmp_path, curated.replace(b'name: "sex"', b'name: "colour"', 1))
+    assert b'name: "sex"' in curated
+    nodes = _nodes(spec, tmp_path)
+    if on_change:
+        assert "tuner" in nodes and "tuner" + LATEST_SUFFIX not in nodes
+    else:
+        assert "tuner" not in nodes and "tuner" + LATEST_SUFFIX in nodes
 
 
 def test_tfxs_own_penguin_tuner_fn_runs_unchanged_with_transform(tmp_path):

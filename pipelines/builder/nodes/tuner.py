@@ -1,21 +1,36 @@
-"""tuner: TFX's Tuner on the nights `tuning.retune` says to tune, and on the others a resolver
-that hands the Trainer the last tuned hyperparameters in ML Metadata.
+"""tuner: TFX's Tuner on the nights that tune, and on the others a resolver that hands the
+Trainer the last tuned hyperparameters in ML Metadata.
 
-Whether a night tunes is decided here, from the spec and the night alone (never from ML
-Metadata), so building stays pure and the same for every orchestrator that builds per night.
+A night tunes for one reason, a `TuneReason`: `tuning.retune` says so (`always`, or `weekly` on
+its weekday), or ML Metadata says the search is missing or stale: no search completed yet, or
+the schema tonight trains under differs from the one the last search read
+(`tuning.retune_on_schema_change`). ML Metadata is read when the pipeline is built, as
+`schema_gen` reads it for the schema to import: `conveyor run` reads the runner's store before
+it runs, an Airflow DAG whenever Airflow parses its file. A Kubeflow pipeline is compiled
+without access to the metadata KFP keeps, so there only the spec decides.
 """
 
 from __future__ import annotations
 
 import datetime
+import enum
 
 from pipelines.builder.context import BuildContext, code_version, user_code
-from pipelines.spec.models import Orchestrator, PipelineSpec, Retune
+from pipelines.spec.models import Orchestrator, PipelineSpec, Retune, SchemaSource
 
 GENERIC_TUNER_FN = "components.tuner.generic.tuner_fn"
 # The resolver's id when a night does not tune: `<tuner's id>_latest`.
 LATEST_SUFFIX = "_latest"
 _WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
+
+
+class TuneReason(str, enum.Enum):
+    """Why a night runs the Tuner."""
+
+    ALWAYS = "always"  # tuning.retune: always
+    WEEKDAY = "weekday"  # tuning.retune: weekly, and tonight is tuning.weekday
+    NONE_TUNED = "none_tuned"  # ML Metadata holds no completed search of this tuner
+    SCHEMA_CHANGED = "schema_changed"  # tonight's schema is not the last search's
 
 
 def night_of(spec: PipelineSpec, span: int | None, today: datetime.date) -> datetime.date:
@@ -28,7 +43,7 @@ def night_of(spec: PipelineSpec, span: int | None, today: datetime.date) -> date
 
 
 def tuning_due(spec: PipelineSpec, target: Orchestrator, night: datetime.date) -> bool:
-    """Whether this night's pipeline runs the Tuner (`tuning.retune`).
+    """Whether the spec alone schedules a search tonight (`tuning.retune`).
 
     `weekly` tunes on `tuning.weekday`; Airflow and Kubeflow build the pipeline once for every
     night, so there it tunes only with `always`.
@@ -40,6 +55,49 @@ def tuning_due(spec: PipelineSpec, target: Orchestrator, night: datetime.date) -
     if tuning.retune is Retune.REUSE or target is not Orchestrator.LOCAL:
         return False
     return _WEEKDAYS[night.weekday()] == tuning.weekday.value
+
+
+def tune_reason(ctx: BuildContext, node_id: str, night: datetime.date) -> TuneReason | None:
+    """Why tonight tunes, or None when it reuses the last search (module docstring)."""
+    spec = ctx.spec
+    if tuning_due(spec, ctx.target, night):
+        return TuneReason.ALWAYS if spec.tuning.retune is Retune.ALWAYS else TuneReason.WEEKDAY
+    if ctx.target is Orchestrator.KUBEFLOW:
+        return None
+    from pipelines.core.metadata import last_tuning, open_store
+
+    store = open_store(spec, ctx.paths.metadata_path)
+    last = last_tuning(store, spec.name, node_id) if store is not None else None
+    if last is None:
+        return TuneReason.NONE_TUNED
+    if spec.tuning.retune_on_schema_change and _schema_changed(ctx, last.schema_uri):
+        return TuneReason.SCHEMA_CHANGED
+    return None
+
+
+def _schema_changed(ctx: BuildContext, searched_schema_uri: str | None) -> bool:
+    """Whether the schema tonight trains under holds other bytes than the one the last search
+    read. Tonight's is known before the run: the curated file, or the last accepted run's
+    (what `schema_gen` imports); before any run was accepted it is not, and nothing changed."""
+    from pipelines.builder.nodes.schema_gen import previous_schema
+    from pipelines.core import storage
+    from pipelines.core.metadata import SCHEMA_FILE
+    from pipelines.core.paths import project_file
+
+    if searched_schema_uri is None:
+        return False
+    schema = ctx.spec.schema_
+    if schema.source is SchemaSource.FILE:
+        tonight = str(project_file(schema.path))
+    else:
+        accepted = previous_schema(ctx.spec, ctx.paths)
+        if accepted is None:
+            return False
+        tonight = str(accepted.file)
+    searched = f"{searched_schema_uri.rstrip('/')}/{SCHEMA_FILE}"
+    if not storage.exists(searched):  # the search's schema was cleaned away: search again
+        return True
+    return storage.read_bytes(tonight) != storage.read_bytes(searched)
 
 
 def build(ctx: BuildContext, node_id: str) -> None:
@@ -56,11 +114,13 @@ def build(ctx: BuildContext, node_id: str) -> None:
     spec = ctx.spec
     tuning = spec.tuning
     today = datetime.datetime.now(datetime.timezone.utc).date()
-    if not tuning_due(spec, ctx.target, night_of(spec, ctx.span, today)):
+    reason = tune_reason(ctx, node_id, night_of(spec, ctx.span, today))
+    if reason is None:
         if tuning.retune is Retune.WEEKLY and ctx.target is not Orchestrator.LOCAL:
             ctx.note(node_id, "retune weekly -> reuse: the pipeline is built once, not per night")
         _reuse_latest(ctx, node_id)
         return
+    ctx.note(node_id, f"tunes: {reason.value}")
     from tfx.proto import trainer_pb2
 
     train_args = trainer_pb2.TrainArgs(num_steps=tuning.trial_steps)

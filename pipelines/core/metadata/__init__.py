@@ -8,6 +8,7 @@ One module per question:
 - `lineage`: the versions a pipeline pushed and what produced each.
 - `artifacts`: one run's nodes and the artifacts they read and wrote, for reports.
 - `schemas`: the schema of the last accepted run, for `schema.source: infer`.
+- `tuning`: the Tuner's last search, for a night `tuning.retune` does not tune.
 - `records`: how TFX records a run (context and artifact type names, execution states) and
   the small readers the others share.
 
@@ -33,6 +34,7 @@ from pipelines.core.metadata.records import (
     EVALUATION_TYPE,
     EXAMPLES_TYPE,
     GATE_FINDINGS_TYPE,
+    HYPERPARAMETERS_TYPE,
     LEGACY_RUN_CONTEXT_TYPE,
     MODEL_TYPE,
     NODE_CONTEXT_TYPE,
@@ -64,12 +66,14 @@ from pipelines.core.metadata.schemas import (
     AcceptedSchema,
     last_accepted_schema,
 )
+from pipelines.core.metadata.tuning import LastTuning, last_tuning
 
 __all__ = [
     "BASELINE_METRIC_PREFIX",
     "EVALUATION_TYPE",
     "EXAMPLES_TYPE",
     "GATE_FINDINGS_TYPE",
+    "HYPERPARAMETERS_TYPE",
     "LEGACY_RUN_CONTEXT_TYPE",
     "METRIC_PREFIX",
     "MODEL_TYPE",
@@ -85,6 +89,7 @@ __all__ = [
     "AcceptedSchema",
     "ArtifactRecord",
     "MetadataConfigError",
+    "LastTuning",
     "NodeArtifacts",
     "NodeRecord",
     "PushLineage",
@@ -95,6 +100,7 @@ __all__ = [
     "find_output",
     "find_run",
     "last_accepted_schema",
+    "last_tuning",
     "list_runs",
     "metadata_password",
     "node_context_type_id",

@@ -21,6 +21,7 @@ NODE_CONTEXT_TYPE = "node"
 EXAMPLES_TYPE = "Examples"
 STATISTICS_TYPE = "ExampleStatistics"
 SCHEMA_TYPE = "Schema"
+HYPERPARAMETERS_TYPE = "HyperParameters"  # what TFX's Tuner writes its best values as
 MODEL_TYPE = "Model"
 EVALUATION_TYPE = "ModelEvaluation"
 PUSHED_MODEL_TYPE = "PushedModel"
