@@ -216,6 +216,9 @@ class JobExecutor:
       warm: run each `python -m` command in a child of a warm interpreter
         (tests/warm_python.py) instead of a fresh one: the same command without the 12 to
         16 s of imports each task's pod spends; `close()` ends it.
+      fresh_once: with `warm`, still start a fresh interpreter, as a pod does, the first time
+        each entry module (`python -m MODULE`) runs, so every entry point is shown to work on
+        its own; a warm child differs from it only in the libraries imported before it.
     """
 
     def __init__(
@@ -228,6 +231,7 @@ class JobExecutor:
         platform: str = "vertex",
         task_timeout: float = 900,
         warm: bool = False,
+        fresh_once: bool = False,
     ):
         self.job = job
         self.spec = job["pipelineSpec"]
@@ -239,11 +243,15 @@ class JobExecutor:
         self.task_timeout = task_timeout
         self.final_status: dict[str, Any] | None = None
         self.warm = WarmPython(self.env, cwd) if warm else None
+        self.fresh_once = fresh_once
+        self.started_fresh: set[str] = set()  # the entry modules a fresh interpreter ran
 
-    def warm_up(self) -> None:
-        """From now on, runs `python -m` commands in a warm interpreter's children (`warm`)."""
-        if self.warm is None:
-            self.warm = WarmPython(self.env, self.cwd)
+    def _may_run_warm(self, argv: list[str]) -> bool:
+        """False the first time a `fresh_once` executor meets an entry module (recording it)."""
+        if not self.fresh_once or argv[1:2] != ["-m"] or argv[2] in self.started_fresh:
+            return True
+        self.started_fresh.add(argv[2])
+        return False
 
     def close(self) -> None:
         """Ends the warm interpreter, if any."""
@@ -528,7 +536,7 @@ class JobExecutor:
                 log.flush()
                 env = {"PATH": os.environ["PATH"], **self.env}
                 try:
-                    if self.warm is not None:
+                    if self.warm is not None and self._may_run_warm(argv):
                         returncode = self.warm.run(argv, log, env, self.cwd, self.task_timeout)
                     else:
                         returncode = subprocess.run(
@@ -753,10 +761,12 @@ class CompiledJob:
     compile_seconds: float
 
 
-def compile_job(pipeline: str, sets: list[str], tmp: Path, warm: bool = False) -> CompiledJob:
+def compile_job(
+    pipeline: str, sets: list[str], tmp: Path, warm: bool = False, fresh_once: bool = False
+) -> CompiledJob:
     """`conveyor compile PIPELINE --env kubeflow` with `sets` (`KEY=VALUE`) and the project at
-    this checkout (the image holds it at runtime.container.project_root), into `tmp`; `warm`:
-    the executor runs tasks in a warm interpreter's children (`JobExecutor`)."""
+    this checkout (the image holds it at runtime.container.project_root), into `tmp`; `warm`
+    and `fresh_once`: how the executor starts each task's interpreter (`JobExecutor`)."""
     from pipelines import cli
     from pipelines.core.project import find_project
     from pipelines.spec.loading import load_spec
@@ -780,6 +790,7 @@ def compile_job(pipeline: str, sets: list[str], tmp: Path, warm: bool = False) -
         env=image_environment(project, tmp / "home"),
         cwd=project,
         warm=warm,
+        fresh_once=fresh_once,
     )
     workdir = gcs / spec.runtime.workdir[len(MOUNT) :]
     return CompiledJob(job, spec, workdir, gcs, executor, compile_seconds)

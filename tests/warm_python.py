@@ -13,9 +13,9 @@ input is empty, standard output and error go to the log, the exit status is Syst
 child ends with `os._exit` once its output is flushed (interpreter shutdown would wait on
 threads only the parent has). A command that is not `python -m MODULE` runs as a subprocess.
 
-The penguin job's first night (tests/e2e/test_kubeflow_run.py) starts a fresh interpreter for
-every task, as a pod starts, so an entry point that works only when something else imported
-first still fails there.
+The penguin job (tests/e2e/test_kubeflow_run.py) starts a fresh interpreter, as a pod starts,
+the first time each entry module runs (`JobExecutor(fresh_once=True)`), so an entry point that
+works only when something else imported first still fails there.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""Two nights of taxi with everything in a bucket, on each store (moto's S3 server; the GCS
-emulator reached as real GCS is, through TensorFlow's built-in gs://): the dated spans, the
+"""Two nights of taxi with everything in a bucket, on GCS as real GCS is reached (the GCS
+emulator behind Google's hostnames, through TensorFlow's built-in gs://): the dated spans, the
 pipeline root, serving and the run records. Taxi is what penguin is not: dated span folders
 found by listing the bucket, an inferred schema, a drift gate against the last accepted span, a
 training window of spans and a warm start from the served model, each resolved
@@ -9,6 +9,11 @@ from what the first night left in the bucket.
 - night 2 reads its own span, is judged for drift against night 1's statistics, trains on both
   spans starting from the model of version 1, is compared with that model by the model gate, and
   pushes version 2 beside version 1, or holds it back.
+
+One store: GCS, whose path (TensorFlow's own gs:// and google-cloud-storage, no endpoint in the
+profile) is the stricter. On S3 a taxi night runs whole in tests/e2e/test_portable_runner.py,
+the Arrow reader's work units read the bucket there too, and penguin's bucket runs
+(tests/e2e/test_bucket_run.py) push, serve and re-run from it.
 """
 
 from __future__ import annotations
@@ -33,18 +38,13 @@ NIGHTS = ("2026-11-27", "2026-11-28")
 RUN_SECONDS = 900
 
 
-@pytest.fixture(scope="module", params=("s3", "gs"))
-def two_nights(request, storage_emulators, tmp_path_factory):
-    """Both nights' data written into one store's bucket, then each night run in order. On GCS
-    as with real GCS: no gcs endpoint, TensorFlow's built-in gs:// (through Google's hostnames,
-    served from the emulator)."""
-    scheme = request.param
-    workdir = f"{storage_emulators.root(scheme)}/taxi-{uuid.uuid4().hex[:8]}"
-    if scheme == "s3":
-        environ = storage_emulators.environment()
-        store = storage_emulators.s3_settings()
-    else:
-        environ, store = storage_emulators.real_gcs_environment(), []
+@pytest.fixture(scope="module")
+def two_nights(storage_emulators, tmp_path_factory):
+    """Both nights' data written into the GCS bucket, then each night run in order, as with
+    real GCS: no gcs endpoint, TensorFlow's built-in gs:// (through Google's hostnames, served
+    from the emulator)."""
+    workdir = f"{storage_emulators.root('gs')}/taxi-{uuid.uuid4().hex[:8]}"
+    environ, store = storage_emulators.real_gcs_environment(), []
     environ["CONVEYOR_STATE_DIR"] = str(tmp_path_factory.mktemp("local-state"))
 
     def conveyor(command: str, *extra: str) -> subprocess.CompletedProcess:

@@ -1,7 +1,8 @@
 """The compiled Kubeflow job, executed: `conveyor compile penguin --profile kubeflow` (with the
 `ci` profile's sizes), run task by task by tests/kfp_executor.py as KFP's launcher and Vertex AI
 would run it: each task's container command in a subprocess of this virtualenv (a fresh
-interpreter for every task of night 1, as a pod starts; a warm one's children after), its
+interpreter, as a pod starts, the first time each entry module runs; a warm one's children for
+the other tasks), its
 executor input built from the job, `pipeline_root` and the workdir in a local folder standing
 for the bucket Vertex AI mounts at `/gcs/`.
 
@@ -54,7 +55,7 @@ def _ci_sizes() -> list[str]:
 def bucket(tmp_path_factory):
     """The job compiled once, the bucket's folder with tonight's data, and an executor."""
     tmp = tmp_path_factory.mktemp("kubeflow-run")
-    compiled = compile_job(PIPELINE, _ci_sizes(), tmp)
+    compiled = compile_job(PIPELINE, _ci_sizes(), tmp, warm=True, fresh_once=True)
     assert cli.main(["data", PIPELINE, "--workdir", str(compiled.workdir)]) == 0
     paths = RunPaths(workdir=compiled.workdir, spec=compiled.spec)
     shutil.copytree(paths.input_dir, tmp / "good-data")
@@ -78,9 +79,6 @@ def first_night(bucket):
     print(
         f"compile {bucket['compile_seconds']:.0f} s; first night {time.monotonic() - started:.0f} s"
     )
-    # Night 1 started every task in a fresh interpreter, as a pod does; the later runs (the
-    # same entry points again) run in a warm interpreter's children (tests/warm_python.py).
-    bucket["executor"].warm_up()
     return run
 
 
@@ -90,6 +88,8 @@ def _summary(bucket, run) -> dict:
 
 def test_every_task_of_the_job_ran_and_succeeded(bucket, first_night):
     run = first_night
+    # The entry point every container runs started once in a fresh interpreter, as in a pod.
+    assert "pipelines.run.kubeflow_entrypoint" in bucket["executor"].started_fresh
     assert run.failed() == [], {n: run.tasks[n].error for n in run.failed()}
     assert run.state == SUCCEEDED
     expected = set(job_tasks(bucket["job"]["pipelineSpec"])) | {PIPELINE_DAG}
