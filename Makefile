@@ -17,7 +17,7 @@ export TF_CPP_MIN_LOG_LEVEL ?= 3
 export TF_USE_LEGACY_KERAS ?= 1
 
 .PHONY: help setup lock pipeline-local data test test-unit test-e2e lint docs monitoring bench \
-	bench-bucket bench-data bench-trainer bench-nightly bench-serving bench-infer bench-report \
+	bench-bucket bench-data bench-trainer bench-nightly bench-serving bench-infer bench-warm-start bench-report \
 	gpu-check clean
 
 help:
@@ -33,6 +33,7 @@ help:
 	@echo "make bench-nightly   one taxi night, Conveyor beside raw TFX, at 100k and 1M rows"
 	@echo "make bench-serving   local model server :predict against the signature's own call (penguin)"
 	@echo "make bench-infer     conveyor infer (Beam) against the model called row by row, 1M taxi rows"
+	@echo "make bench-warm-start  a week of 300k-row taxi nights: warm start against from scratch"
 	@echo "make bench-report    rewrite the benchmark tables of README.md and bench/README.md from bench/results/"
 	@echo "make gpu-check       the gpu profile on penguin and taxi (needs GPUs)"
 	@echo "make lock            re-resolve requirements.in into requirements.lock"
@@ -121,6 +122,9 @@ bench-serving: setup
 
 bench-infer: setup
 	$(BIN)/python bench/bench_infer.py $(BENCH_ARGS)
+
+bench-warm-start: setup
+	$(BIN)/python bench/bench_warm_start.py $(BENCH_ARGS)
 
 # The tables between <!-- bench:NAME:start/end --> markers, from the results files the benchmarks
 # write; a test checks the committed READMEs are fresh.

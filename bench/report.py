@@ -66,6 +66,10 @@ SLOTS: dict[str, tuple[str, str]] = {
         "batch inference (`conveyor infer`) against a Python loop over the rows",
         ".venv/bin/python bench/bench_infer.py",
     ),
+    "warm_start": (
+        "a week of taxi nights, warm start against training from scratch",
+        "make bench-warm-start",
+    ),
 }
 SUMMARY = "summary"
 MARKERS = re.compile(
@@ -409,6 +413,45 @@ def render_infer(document: dict) -> list[str]:
     return [f"{document['settings']['rows']:,} rows:", "", *lines, "", *aims(document)]
 
 
+def render_warm_start(document: dict) -> list[str]:
+    """Each night's accuracy by chain, the differences with their intervals, the seconds."""
+    settings, figures = document["settings"], document["figures"]
+
+    def gap(figure: dict) -> str:
+        return f"{figure['value']:+.4f} [{figure['low']:+.4f}, {figure['high']:+.4f}]"
+
+    rows = [
+        [
+            str(night["night"]),
+            str(night["spans"]),
+            f"{night['scratch']['accuracy']:.4f}",
+            f"{night['warm']['accuracy']:.4f}",
+            gap(night["warm_minus_scratch"]),
+            gap(night["noise_minus_scratch"]),
+            f"{night['scratch']['seconds']:.1f} ({night['scratch']['steps']})",
+            f"{night['warm']['seconds']:.1f} ({night['warm']['steps']})",
+        ]
+        for night in figures["per_night"]
+    ]
+    header = [
+        "night",
+        "spans",
+        "scratch acc.",
+        "warm acc.",
+        "warm - scratch [95%]",
+        "noise - scratch [95%]",
+        "scratch s (steps)",
+        "warm s (steps)",
+    ]
+    lines = table(header, rows, "rrrrrrrr")
+    intro = (
+        f"{settings['rows']:,} rows a night, {settings['nights']} nights, a window of "
+        f"{settings['window_spans']} spans, {settings['train_steps']} steps from scratch and "
+        f"{settings['warm_start_step_fraction']:g} of them warm:"
+    )
+    return [intro, "", *lines, "", *aims(document)]
+
+
 RENDERERS: dict[str, Callable[[dict], list[str]]] = {
     "penguin": render_penguin,
     "bucket": render_bucket,
@@ -419,6 +462,7 @@ RENDERERS: dict[str, Callable[[dict], list[str]]] = {
     "evaluator": render_evaluator,
     "gpu": render_gpu,
     "infer": render_infer,
+    "warm_start": render_warm_start,
 }
 
 
@@ -517,6 +561,12 @@ def headline(document: dict) -> str:
             f"{document['settings']['rows']:,} rows: {times(figures['speedup'])} faster than the "
             f"loop ({tools['beam']['wall_seconds']['median']:.1f} s against "
             f"{tools['loop']['wall_seconds']['median']:.1f} s)"
+        )
+    if kind == "warm_start":
+        return (
+            f"accuracy warm - scratch {figures['median_warm_minus_scratch']:+.4f} (median; two "
+            f"scratch trainings differ by up to {figures['widest_noise']:.4f}), training "
+            f"{times(figures['speedup'])} faster"
         )
     if kind == "gpu":
         return ", ".join(

@@ -324,6 +324,13 @@ def profile_traces(model_run_dir: str) -> list[str]:
     return sorted(tf.io.gfile.glob(pattern))
 
 
+def warm_start_steps(train_steps: int, trainer: Mapping[str, Any]) -> int:
+    """The steps a warm-started training runs: `trainer.warm_start_step_fraction` of
+    `train_steps`, at least one."""
+    fraction = float(trainer.get("warm_start_step_fraction", 1.0))
+    return max(1, round(train_steps * fraction))
+
+
 def chunk_steps(train_steps: int, checkpoint_every: int) -> int:
     """The largest step count <= checkpoint_every that divides train_steps exactly."""
     for steps in range(min(checkpoint_every, train_steps), 0, -1):
@@ -415,6 +422,8 @@ def train(
     warm_weights = None
     if base_model_dir and trainer.get("warm_start"):
         features, warm_weights = model_lib.read_warm_start(base_model_dir, features, trainer)
+        # Decided before the checkpoint chunks are: a resumed run makes the same choice.
+        train_steps = warm_start_steps(train_steps, trainer)
 
     preprocessor = model_lib.Preprocessor(features)
     counted = count_unseen_labels(

@@ -473,6 +473,15 @@ class TrainerSpec(StrictModel):
         default=False,
         description="Initialise from the served model (needs a warm_start_resolver component).",
     )
+    warm_start_step_fraction: float = Field(
+        default=1.0,
+        gt=0,
+        le=1,
+        description="The share of `train_steps` a warm-started night trains: a model that "
+        "starts from the served one needs fewer steps to match a model trained from scratch "
+        "(bench/bench_warm_start.py measures it on taxi). A night with no served model to "
+        "start from trains every step.",
+    )
     seed: int = Field(default=42, description="Random seed of the weights and the shuffling.")
     module: ModulePath | None = Field(
         default=None,

@@ -1,5 +1,6 @@
 """Warm start through the real pipeline: enabling it is a spec change, the second night starts
-from the served model, and an unchanged re-run stays all cache hits."""
+from the served model and trains the share of the steps the spec gives a warm start, and an
+unchanged re-run stays all cache hits."""
 
 import json
 
@@ -20,6 +21,7 @@ _TYPES = [
 ]
 WITH_WARM_START = [
     "trainer.warm_start=true",
+    "trainer.warm_start_step_fraction=0.5",
     "components=[" + ", ".join(f"{{type: {t}}}" for t in _TYPES) + "]",
 ]
 
@@ -47,7 +49,9 @@ def test_second_night_warm_starts_from_the_served_model(tmp_path):
 
     first = nightly.run(loaded, tmp_path, echo=lambda _: None)
     assert first.outcome == "pushed", first.message
-    assert _trainer_summary(loaded, paths, first.run_id)["warm_started"] is False
+    cold = _trainer_summary(loaded, paths, first.run_id)
+    assert cold["warm_started"] is False
+    assert cold["trained_steps"] == loaded.spec.trainer.train_steps == 150  # the ci profile's
 
     # The next night: the same columns, fewer rows (new examples, same feature set).
     csv = paths.input_dir / "penguins.csv"
@@ -56,6 +60,7 @@ def test_second_night_warm_starts_from_the_served_model(tmp_path):
     assert second.outcome in ("pushed", "not_pushed"), second.message
     summary = _trainer_summary(loaded, paths, second.run_id)
     assert summary["warm_started"] is True
+    assert summary["steps"] == summary["trained_steps"] == 75  # half, as the spec says
 
     again = nightly.run(loaded, tmp_path, echo=lambda _: None)
     executed = [n.node_id for n in again.nodes if n.state == "executed"]

@@ -73,7 +73,8 @@ def test_unknown_key_names_the_file_and_the_key_path(tmp_path):
         f"{path}: trainer.batch_sise: unknown key (allowed here: batch_size, cache_dataset, "
         "checkpoint_every_steps, config, devices, distribution, dropout, eval_steps, features, "
         "gradient_clip_norm, hidden_units, jit_compile, label, learning_rate, mixed_precision, "
-        "module, profile_steps, scale_learning_rate, seed, task, train_steps, warm_start)."
+        "module, profile_steps, scale_learning_rate, seed, task, train_steps, warm_start, "
+        "warm_start_step_fraction)."
     )
 
 
