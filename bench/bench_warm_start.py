@@ -19,10 +19,10 @@ model and sizes (`train_steps`, batch, learning rate, its `data.window_spans`):
 Per night: each chain's accuracy on the night's eval split and, for warm - scratch and
 noise - scratch, the difference with a 95% interval from 20 Poisson-bootstrap resamples of the
 eval rows (TFMA's method for the model gate's intervals, `evaluation.confidence`); and each
-training's seconds (the whole `train` call: dataset, fit, export). The aims: the median
-warm - scratch difference within the noise (no further below zero than the widest
-noise - scratch difference), and the scratch chain's training time at least 1.5x the warm
-chain's over the nights that warm start.
+training's seconds, of Keras' fit and of the whole `train` call (dataset, fit, export). The
+aims: the median warm - scratch difference within the noise (no further below zero than the
+widest noise - scratch difference), and the scratch chain's fit time at least 1.5x the warm
+chain's (medians over the nights that warm start); the whole call's ratio is reported beside.
 
     .venv/bin/python bench/bench_warm_start.py [--rows 300000] [--nights 7]
         [--set KEY=VALUE ...] [--out-dir DIR] [--keep]
@@ -181,7 +181,7 @@ def benchmark(args: argparse.Namespace, out: Path) -> dict[str, Any]:
     window = spec.data.window_spans
     chains = {
         "scratch": {**trainer, "warm_start": False},
-        "warm": {**trainer, "warm_start": True},
+        "warm": {**trainer, "warm_start": True, **dict(_pairs(args.warm_set))},
         "noise": {**trainer, "warm_start": False, "seed": trainer["seed"] + NOISE_SEED_OFFSET},
     }
     folders = []
@@ -218,9 +218,13 @@ def summarize(args: argparse.Namespace, spec: Any, nights: list[dict]) -> dict[s
     warm_nights = [n for n in nights if n["warm"]["warm_started"]]
     gaps = [n["warm_minus_scratch"]["value"] for n in warm_nights]
     noise = [abs(n["noise_minus_scratch"]["value"]) for n in nights]
-    scratch_s = sum(n["scratch"]["seconds"] for n in warm_nights)
-    warm_s = sum(n["warm"]["seconds"] for n in warm_nights)
-    speedup = scratch_s / warm_s if warm_s else 0.0
+
+    def ratio(key: str) -> float:
+        """Scratch over warm: the medians of `key` over the nights that warm start."""
+        warm = statistics.median(n["warm"][key] for n in warm_nights)
+        return statistics.median(n["scratch"][key] for n in warm_nights) / warm if warm else 0.0
+
+    fit_speedup, call_speedup = ratio("fit_seconds"), ratio("seconds")
     median_gap, widest_noise = statistics.median(gaps), max(noise)
     return {
         "rows": args.rows,
@@ -232,7 +236,8 @@ def summarize(args: argparse.Namespace, spec: Any, nights: list[dict]) -> dict[s
         "per_night": nights,
         "median_warm_minus_scratch": round(median_gap, 5),
         "widest_noise": round(widest_noise, 5),
-        "speedup": round(speedup, 2),
+        "fit_speedup": round(fit_speedup, 2),
+        "call_speedup": round(call_speedup, 2),
         "aims": [
             {
                 "what": "median accuracy, warm - scratch, against minus the widest "
@@ -241,9 +246,10 @@ def summarize(args: argparse.Namespace, spec: Any, nights: list[dict]) -> dict[s
                 "met": median_gap >= -widest_noise,
             },
             {
-                "what": f"scratch training s / warm training s (floor {SPEEDUP_FLOOR:g}x)",
-                "value": speedup,
-                "met": speedup >= SPEEDUP_FLOOR,
+                "what": "training (Keras fit) s, scratch / warm, medians over the warm-started "
+                f"nights (floor {SPEEDUP_FLOOR:g}x)",
+                "value": fit_speedup,
+                "met": fit_speedup >= SPEEDUP_FLOOR,
             },
         ],
     }
@@ -263,12 +269,26 @@ def progress_line(record: dict) -> str:
     return "  ".join(parts)
 
 
+def _pairs(settings: list[str]) -> list[tuple[str, Any]]:
+    """`KEY=VALUE` trainer settings, each value read as YAML (a number, a list...)."""
+    import yaml
+
+    return [(key, yaml.safe_load(value)) for key, _, value in (s.partition("=") for s in settings)]
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=DEFAULT_ROWS, help="rows a night")
     parser.add_argument("--nights", type=int, default=DEFAULT_NIGHTS, help="nights in the week")
     parser.add_argument(
         "--set", action="append", default=[], metavar="KEY=VALUE", help="a taxi spec override"
+    )
+    parser.add_argument(
+        "--warm-set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a trainer setting of the warm chain alone (e.g. learning_rate=0.001)",
     )
     parser.add_argument("--out-dir", type=Path, help="work here (and keep the data) instead")
     parser.add_argument("--keep", action="store_true", help="keep the models")
@@ -286,6 +306,7 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(out / "models", ignore_errors=True)
             if args.out_dir is None:
                 shutil.rmtree(out, ignore_errors=True)
+    print(f"the whole train call (dataset, fit, export), scratch / warm: {result['call_speedup']}x")
     for aim in result["aims"]:
         print(f"{aim['what']}: {aim['value']:.4f} ({'met' if aim['met'] else 'missed'})")
     if not args.no_results:
@@ -302,7 +323,14 @@ def main(argv: list[str] | None = None) -> int:
         }
         figures = {
             k: result[k]
-            for k in ("per_night", "median_warm_minus_scratch", "widest_noise", "speedup", "aims")
+            for k in (
+                "per_night",
+                "median_warm_minus_scratch",
+                "widest_noise",
+                "fit_speedup",
+                "call_speedup",
+                "aims",
+            )
         }
         path = results_file.write(
             "warm_start",
