@@ -118,10 +118,15 @@ def table(header: list[str], rows: list[list[str]], align: str = "") -> list[str
     ]
 
 
+def _aim_value(value: float) -> str:
+    """A ratio to two decimals; a small difference (an accuracy's) to four, signed."""
+    return f"{value:+.4f}" if abs(value) < 0.1 else f"{value:.2f}"
+
+
 def aims(document: dict) -> list[str]:
     """One line per aim or floor the script checked: what, the value, met or not."""
     return [
-        f"- {aim['what']}: {aim['value']:.2f}, **{'met' if aim['met'] else 'missed'}**"
+        f"- {aim['what']}: {_aim_value(aim['value'])}, **{'met' if aim['met'] else 'missed'}**"
         for aim in document["figures"].get("aims", [])
     ]
 

@@ -2,8 +2,10 @@
 AIRFLOW_HOME: the DAG folder imports with no errors (DagBag), the DAG has the profile's schedule
 and the spec's edges, the logical date selects the night's span, a final task finishes every DAG
 run, and `airflow dags test` runs the penguin DAG to a pushed model, with its summary, report and
-outcome record. Airflow runs in subprocesses: it configures logging and its database from the
-environment at import."""
+outcome record. That DAG also has a tuner (two small trials) and a bulk inferrer, which Airflow
+runs as tasks like the others: the Trainer trains with the tuned hyperparameters and the eval
+split is predicted. Airflow runs in subprocesses: it configures logging and its database from
+the environment at import."""
 
 import datetime
 import json
@@ -18,8 +20,10 @@ from pipelines import cli
 from pipelines.builder.pipeline import build_pipeline
 from pipelines.builder.spans import RANGE_CONFIG_TEMPLATE
 from pipelines.core.paths import REPORT_FILE, RUN_SUMMARY, RunPaths
+from pipelines.finish.artifacts import read_hyperparameters
 from pipelines.run.airflow import FINAL_TASK_ID, FIRST_TASK_ID
 from pipelines.spec.loading import load_spec
+from pipelines.spec.models import DEFAULT_COMPONENTS
 
 AIRFLOW = str(Path(sys.executable).parent / "airflow")
 NIGHT = datetime.date(2026, 11, 28)
@@ -28,6 +32,26 @@ FAST = [
     "trainer.train_steps=150",
 ]
 DATED = ["name=penguin_dated", 'data.span_pattern="{YYYY}-{MM}-{DD}/*.csv"']
+# The penguin DAG's components: the spec's, with a tuner before the trainer and a bulk inferrer
+# before the pusher (penguin's own learning rate, 0.02, is among those searched).
+_WITH_BOTH = [
+    added
+    for component in DEFAULT_COMPONENTS
+    for added in (
+        ["tuner", component]
+        if component == "trainer"
+        else ["bulk_inferrer", component]
+        if component == "pusher"
+        else [component]
+    )
+]
+TUNER_AND_INFERRER = [
+    "components=[" + ", ".join(f"{{type: {t}}}" for t in _WITH_BOTH) + "]",
+    "tuning={search_space: {learning_rate: {choices: [0.02, 0.05]}}, max_trials: 2, "
+    "trial_steps: 10}",
+    "inference.splits=[eval]",
+    "inference.output_columns=[island, species]",
+]
 
 DAGBAG_PROBE = """
 import json, sys
@@ -74,7 +98,10 @@ def airflow(tmp_path_factory):
     )
     assert migrated.returncode == 0, migrated.stderr[-3000:]
     assert cli.main(["data", "penguin", "--workdir", str(workdir)]) == 0
-    for name, overrides in (("penguin", FAST), ("penguin_dated", FAST + DATED)):
+    for name, overrides in (
+        ("penguin", FAST + TUNER_AND_INFERRER),
+        ("penguin_dated", FAST + DATED),
+    ):
         argv = ["compile", "penguin", "--env", "airflow", "--workdir", str(workdir)]
         argv += ["--output", str(dags / f"{name}_dag.py")]
         assert cli.main(argv + [a for o in overrides for a in ("--set", o)]) == 0
@@ -108,7 +135,8 @@ def test_the_dag_has_the_profiles_schedule_and_the_specs_edges(dagbag, tmp_path)
     assert dag["start_date"] == f"{schedule.start_date.isoformat()}T00:00:00+00:00"
     assert dag["catchup"] is schedule.catchup is False
     assert dag["max_active_runs"] == 1
-    pipeline = build_pipeline(load_spec("penguin", env="local").spec, tmp_path)
+    spec = load_spec("penguin", env="local", overrides=TUNER_AND_INFERRER).spec
+    pipeline = build_pipeline(spec, tmp_path)
     edges = {n.id: sorted(u.id for u in n.upstream_nodes) for n in pipeline.components}
     upstream = dict(dag["upstream"])
     upstream.pop(FINAL_TASK_ID)
@@ -169,7 +197,14 @@ def test_airflow_dags_test_runs_penguin_to_a_pushed_model(airflow):
     paths = RunPaths(workdir=workdir.resolve(), spec=spec)
     summary = json.loads((paths.run_dir(run_id) / RUN_SUMMARY).read_text())
     assert summary["outcome"] == "pushed" and summary["pushed_version"] == "1"
-    assert {n["node_id"] for n in summary["nodes"]} >= {"trainer", "pusher", "data_gate"}
+    states = {n["node_id"]: n["state"] for n in summary["nodes"]}
+    assert {"trainer", "pusher", "data_gate"} <= set(states)
+    # The tuner searched and the bulk inferrer predicted, as Airflow tasks of this run.
+    assert states["tuner"] == states["bulk_inferrer"] == "executed", states
+    root = workdir / "pipeline_root" / "penguin"
+    (best,) = root.glob("tuner/best_hyperparameters/*")
+    assert read_hyperparameters(str(best))["learning_rate"] in (0.02, 0.05)
+    assert list(root.glob("bulk_inferrer/inference_result/*/prediction_logs-*.gz"))
     assert (paths.run_dir(run_id) / REPORT_FILE).is_file()
     recorded = json.loads(paths.outcome_record(None).read_text())
     assert recorded["run_id"] == run_id and recorded["outcome"] == "pushed"
