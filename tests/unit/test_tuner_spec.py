@@ -1,7 +1,9 @@
 """The `tuning` block and the `tuner` component type: strict validation naming the key (user
-code read, never imported), the pure decision whether a night tunes, and the pipeline built and
-compiled with a tuner for every orchestrator: TFX's Tuner on a tuning night (Conveyor's
-tuner_fn, or a run_fn module's own unchanged), a latest-HyperParameters resolver otherwise."""
+code read, never imported), the decision whether a night tunes (from the spec and the night, and
+from the last search ML Metadata holds: none yet, or under another schema), and the pipeline
+built and compiled with a tuner for every orchestrator: TFX's Tuner on a tuning night
+(Conveyor's tuner_fn, or a run_fn module's own unchanged), a latest-HyperParameters resolver
+otherwise."""
 
 import datetime
 import json
