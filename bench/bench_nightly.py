@@ -59,7 +59,14 @@ from pathlib import Path
 
 # bench/ is first on sys.path when this runs as `python bench/bench_nightly.py`.
 import results_file
-from measure import BenchError, log_tail, run_benchmark, run_with_gnu_time, subprocess_env
+from measure import (
+    BenchError,
+    add_set_option,
+    log_tail,
+    run_benchmark,
+    run_with_gnu_time,
+    subprocess_env,
+)
 
 from pipelines.datasets.taxi_nights import write_night
 
@@ -482,13 +489,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "shared original it was taken from is ../shared/bench/raw_tfx_nightly.py)",
     )
     parser.add_argument("--env", default=DEFAULT_ENV, help="profile (default: large)")
-    parser.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="a spec override for every Conveyor night (conveyor run --set)",
-    )
+    add_set_option(parser, "a spec override for every Conveyor night (conveyor run --set)")
     parser.add_argument("--json", type=Path, help="also write the figures here")
     results_file.add_arguments(parser, "nightly")
     parser.add_argument("--out-dir", type=Path, help="work here instead of a temporary dir")

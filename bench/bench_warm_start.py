@@ -48,6 +48,7 @@ os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 # bench/ is first on sys.path when this runs as `python bench/bench_warm_start.py`.
 import bench_trainer
 import results_file
+from measure import add_set_option
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
@@ -178,10 +179,12 @@ def benchmark(args: argparse.Namespace, out: Path) -> dict[str, Any]:
 
     spec = load_spec("taxi", env=bench_trainer.SPEC_ENV, overrides=args.set).spec
     trainer = spec.trainer.model_dump(mode="json")
+    warm_spec = load_spec("taxi", env=bench_trainer.SPEC_ENV, overrides=args.set + args.warm_set)
+    warm_trainer = warm_spec.spec.trainer.model_dump(mode="json")
     window = spec.data.window_spans
     chains = {
         "scratch": {**trainer, "warm_start": False},
-        "warm": {**trainer, "warm_start": True, **dict(_pairs(args.warm_set))},
+        "warm": {**warm_trainer, "warm_start": True},
         "noise": {**trainer, "warm_start": False, "seed": trainer["seed"] + NOISE_SEED_OFFSET},
     }
     folders = []
@@ -269,26 +272,17 @@ def progress_line(record: dict) -> str:
     return "  ".join(parts)
 
 
-def _pairs(settings: list[str]) -> list[tuple[str, Any]]:
-    """`KEY=VALUE` trainer settings, each value read as YAML (a number, a list...)."""
-    import yaml
-
-    return [(key, yaml.safe_load(value)) for key, _, value in (s.partition("=") for s in settings)]
-
-
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=DEFAULT_ROWS, help="rows a night")
     parser.add_argument("--nights", type=int, default=DEFAULT_NIGHTS, help="nights in the week")
-    parser.add_argument(
-        "--set", action="append", default=[], metavar="KEY=VALUE", help="a taxi spec override"
-    )
+    add_set_option(parser, "a taxi spec override for every chain")
     parser.add_argument(
         "--warm-set",
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="a trainer setting of the warm chain alone (e.g. learning_rate=0.001)",
+        help="a spec override for the warm chain alone (e.g. trainer.learning_rate=0.001)",
     )
     parser.add_argument("--out-dir", type=Path, help="work here (and keep the data) instead")
     parser.add_argument("--keep", action="store_true", help="keep the models")

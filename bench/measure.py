@@ -56,6 +56,12 @@ class BenchError(RuntimeError):
     """
 
 
+def add_set_option(parser: argparse.ArgumentParser, what: str) -> None:
+    """Adds `--set KEY=VALUE` (repeatable; `args.set`, a list): spec overrides, as
+    `conveyor run --set` takes them, for `what`."""
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help=what)
+
+
 def require_gnu_time() -> str | None:
     """Checks that GNU time is where the benchmarks run it from.
 

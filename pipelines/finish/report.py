@@ -37,6 +37,7 @@ import markupsafe
 
 from pipelines.core import storage
 from pipelines.core.metadata import (
+    HYPERPARAMETERS_TYPE,
     ArtifactRecord,
     NodeArtifacts,
     find_output,
@@ -865,7 +866,7 @@ def _tuning(nodes: dict[str, NodeArtifacts], spec) -> Tuning | None:
 
 
 def _tuned_id(nodes: dict[str, NodeArtifacts]) -> str:
-    _, best = find_output(nodes, "HyperParameters")
+    _, best = find_output(nodes, HYPERPARAMETERS_TYPE)
     return str(best.id) if best is not None else "-"
 
 

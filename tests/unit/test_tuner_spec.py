@@ -171,6 +171,7 @@ def _record_search(spec, workdir, schema: bytes) -> str:
     """Records in the run's real ML Metadata store what TFX records of a Tuner that completed:
     its execution under the `penguin.tuner` node and a run context, having read a Schema
     artifact holding `schema` and written a HyperParameters artifact. Returns the latter's uri."""
+    from ml_metadata.metadata_store import metadata_store
     from ml_metadata.proto import metadata_store_pb2 as pb
 
     from pipelines.core.metadata import connection_config
@@ -178,22 +179,17 @@ def _record_search(spec, workdir, schema: bytes) -> str:
 
     paths = RunPaths(workdir=workdir.resolve(), spec=spec)
     paths.metadata_path.parent.mkdir(parents=True, exist_ok=True)
-    from ml_metadata.metadata_store import metadata_store
-
     store = metadata_store.MetadataStore(connection_config(spec, paths.metadata_path))
     schema_dir = workdir / "root/schema_gen/schema/3"
     schema_dir.mkdir(parents=True)
     (schema_dir / "schema.pbtxt").write_bytes(schema)
     best = workdir / "root/tuner/best_hyperparameters/5"
 
-    def type_id(put, kind, name):
-        return put(kind(name=name))
-
-    schema_type = type_id(store.put_artifact_type, pb.ArtifactType, "Schema")
-    best_type = type_id(store.put_artifact_type, pb.ArtifactType, "HyperParameters")
-    tuner_type = type_id(store.put_execution_type, pb.ExecutionType, "tfx.components.Tuner")
-    node_type = type_id(store.put_context_type, pb.ContextType, "node")
-    run_type = type_id(store.put_context_type, pb.ContextType, "pipeline_run")
+    schema_type = store.put_artifact_type(pb.ArtifactType(name="Schema"))
+    best_type = store.put_artifact_type(pb.ArtifactType(name="HyperParameters"))
+    tuner_type = store.put_execution_type(pb.ExecutionType(name="tfx.components.Tuner"))
+    node_type = store.put_context_type(pb.ContextType(name="node"))
+    run_type = store.put_context_type(pb.ContextType(name="pipeline_run"))
     read, wrote = store.put_artifacts(
         [
             pb.Artifact(type_id=schema_type, uri=str(schema_dir), state=pb.Artifact.LIVE),
