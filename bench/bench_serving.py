@@ -457,13 +457,17 @@ class HttpOnly:
             self._process.kill()
 
 
-def _breakdown_with_server(breakdown: dict, cells: list[dict], http_only_p50: dict) -> dict:
+def _breakdown_with_server(
+    breakdown: dict, cells: list[dict], http_only_p50: dict, awake_p50: dict
+) -> dict:
     """The breakdown with the server's p50 with one client (one worker, no batching), what it
     adds to the application's time (HTTP, the loopback socket, wrk, and a core that waited for
-    the request), and HTTP alone's p50 (`http_only_p50`: batch -> the runs' p50s, us)."""
-    for batch, runs in http_only_p50.items():
-        if runs and str(batch) in breakdown:
-            breakdown[str(batch)]["http_only_p50_us"] = _summary([{"p50": p} for p in runs], "p50")
+    the request), HTTP alone's p50 (`http_only_p50`: batch -> the runs' p50s, us) and the
+    server's p50 with the cores kept awake (`awake_p50`, the same)."""
+    for key, measured in (("http_only_p50_us", http_only_p50), ("awake_p50_us", awake_p50)):
+        for batch, runs in measured.items():
+            if runs and str(batch) in breakdown:
+                breakdown[str(batch)][key] = _summary([{"p50": p} for p in runs], "p50")
     side = _side_name(1)
     for cell in cells:
         figures = breakdown.get(str(cell["batch"]))
@@ -497,8 +501,10 @@ class Server:
         workers: int = 1,
         threads: tuple[int, int] = (0, 0),
         batching: list[str] | None = None,
+        busy_poll_us: int | None = None,
     ):
-        """`batching`: the model server's batching flags (None: no batching)."""
+        """`batching`: the model server's batching flags (None: no batching); `busy_poll_us`:
+        its `--busy-poll-us` (None: the server's default)."""
         out_root = out_root / f"server-{workers}{'-batching' if batching is not None else ''}"
         out_root.mkdir(parents=True, exist_ok=True)
         self._out_root = out_root
@@ -512,6 +518,7 @@ class Server:
             *("--tensorflow-intra-op-parallelism", str(threads[0])),
             *("--tensorflow-inter-op-parallelism", str(threads[1])),
             *(batching or []),
+            *(() if busy_poll_us is None else ("--busy-poll-us", str(busy_poll_us))),
         ]
         env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "TF_USE_LEGACY_KERAS": "1"}
         with open(self.log_path, "wb") as log:
@@ -552,6 +559,22 @@ class Server:
             figures[found.group(1)] += float(found.group(2))
         return figures["sum"], int(figures["count"])
 
+    def p50_with_cores_awake_us(self, batch: int, seconds: float) -> float:
+        """wrk's p50 in microseconds with one client while idle-priority spinners keep every
+        core busy: the server's p50 when neither its core nor wrk's goes idle between requests
+        (see CORES_AWAKE), for the breakdown."""
+        spinners = [
+            subprocess.Popen([sys.executable, "-c", CORES_AWAKE])
+            for _ in range(os.cpu_count() or 1)
+        ]
+        try:
+            time.sleep(0.5)
+            return self._wrk(batch, 1, seconds)["p50_ms"] * 1000
+        finally:
+            for spinner in spinners:
+                spinner.kill()
+                spinner.wait()
+
     def warm_up(self) -> None:
         """A short run per batch size before anything is counted."""
         for batch in BATCHES:
@@ -567,6 +590,18 @@ class Server:
             self._process.wait(timeout=20)
         except subprocess.TimeoutExpired:
             self._process.kill()
+
+
+# A process that keeps one core busy at the idle scheduling class (SCHED_IDLE): it runs only
+# when nothing else wants the core and gives way at once, so the server and wrk never wait for
+# it, but their cores never go idle. On a virtual machine an idle core is handed to other work
+# and comes back with cold caches; the p50 with these running shows what that costs a request.
+CORES_AWAKE = """\
+import os
+os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+while True:
+    pass
+"""
 
 
 def write_wrk_inputs(folder: Path, batches) -> tuple[Path, dict[int, Path]]:
@@ -695,6 +730,13 @@ def _breakdown_rows(figures: dict) -> list[tuple[str, float]]:
             ),
             ("= server p50, 1 client", figures["server_p50_us"]),
         ]
+    if "awake_p50_us" in figures:
+        rows.append(
+            (
+                "server p50, 1 client, the cores kept awake (idle-priority spinners)",
+                figures["awake_p50_us"]["median"],
+            )
+        )
     if "server_handler_mean_us" in figures:
         rows.append(
             ("the handler inside the server, 1 client (mean)", figures["server_handler_mean_us"])
@@ -796,6 +838,11 @@ def main(argv: list[str] | None = None) -> int:
         help="the batching servers' --batching-parameters-file (default: TF Serving's defaults)",
     )
     parser.add_argument(
+        "--busy-poll-us",
+        type=int,
+        help="the servers' --busy-poll-us (default: the server's own default)",
+    )
+    parser.add_argument(
         "--breakdown-calls",
         type=int,
         default=1000,
@@ -862,6 +909,7 @@ def main(argv: list[str] | None = None) -> int:
                 workers,
                 tuple(args.server_threads),
                 batching_flags if batched else None,
+                args.busy_poll_us,
             )
             started.append(sides[side])
         for server in started:
@@ -880,6 +928,16 @@ def main(argv: list[str] | None = None) -> int:
                         f"{figures['requests_per_s']:.0f} req/s",
                         flush=True,
                     )
+        awake_p50 = {batch: [] for batch in BATCHES}
+        single = sides.get(_side_name(1))
+        for repeat in range(args.repeats if single is not None else 0):
+            for batch in BATCHES:
+                awake_p50[batch].append(single.p50_with_cores_awake_us(batch, args.seconds))
+                print(
+                    f"run {repeat + 1}: batch {batch:>2}, 1 client, server, cores awake: p50 "
+                    f"{awake_p50[batch][-1]:.0f} us",
+                    flush=True,
+                )
         for server in started:  # the model servers leave the cores to HTTP alone
             server.stop()
         started.clear()
@@ -937,7 +995,8 @@ def main(argv: list[str] | None = None) -> int:
         "floors": _floors(
             cells, {side: count for side, (count, _) in zip(servers, configurations, strict=True)}
         ),
-        "breakdown": _breakdown_with_server(breakdown, cells, http_only_p50),
+        "busy_poll_us": args.busy_poll_us,
+        "breakdown": _breakdown_with_server(breakdown, cells, http_only_p50, awake_p50),
     }
     print()
     print(_report(result))
@@ -949,6 +1008,7 @@ def main(argv: list[str] | None = None) -> int:
         key: result[key] for key in ("seconds", "repeats", "batching", "server_tensorflow_threads")
     }
     settings["workers"] = list(dict.fromkeys(args.workers))
+    settings["busy_poll_us"] = args.busy_poll_us if args.busy_poll_us is not None else "default"
     settings["batching_parameters_file"] = results_file.relative(args.batching_parameters_file)
     settings["model"] = "the penguin model (serving_default, raw rows)"
     figures = {

@@ -136,6 +136,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         workers=args.workers,
         intra_op_threads=args.intra_op_threads,
         inter_op_threads=args.inter_op_threads,
+        busy_poll_us=args.busy_poll_us,
         # The Pusher without push.serving_urls moves labels in the same write that adds their
         # version: this server keeps such a label where it was until the version is loaded.
         version_labels="any",

@@ -172,6 +172,7 @@ def options_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser)
         workers=args.workers,
         intra_op_threads=args.intra_op_threads,
         inter_op_threads=args.inter_op_threads,
+        busy_poll_us=args.busy_poll_us,
         batching=batching_from_args(args),
         request_log=request_log_from_args(args),
     )

@@ -11,7 +11,9 @@ more than its parsing and its signature call together, and TensorFlow releases t
 it computes, so the loop's thread is the fastest place to run it. A larger body is parsed and
 run in a worker thread, so one big batch does not hold up the requests behind it. With
 server-side batching on (`batching.py`) every POST runs in a worker thread, where it waits for
-its batch while the loop reads the next requests, which may join that batch.
+its batch while the loop reads the next requests, which may join that batch. After a request
+answered on the loop's thread, the loop busy-polls for the next one a short while
+(`busy_poll.py`) rather than let its core go idle.
 
 The application is a bare ASGI callable rather than a web framework's router: it has two
 routes, and per request a framework's routing, request objects and dependency handling cost
@@ -28,6 +30,7 @@ from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import unquote
 
 from pipelines.serving.model_server import json_tensor
+from pipelines.serving.model_server.busy_poll import BusyPoll
 from pipelines.serving.model_server.errors import ServingError, invalid_argument
 from pipelines.serving.model_server.metrics import ServerMetrics
 from pipelines.serving.model_server.repository import ModelRepository
@@ -168,14 +171,17 @@ def build_app(
     monitoring_path: str = DEFAULT_MONITORING_PATH,
     batching: bool = False,
     request_log=None,
+    busy_poll_us: int = 0,
 ):
     """The ASGI application: `/v1/...` as TF Serving's REST API (any method: TF Serving
     answers those it does not serve with "Malformed request"), and GET `monitoring_path` with
     the metrics in Prometheus' text format; any other path is 404. `batching`: the servables'
     calls go through a batch scheduler, so every POST is handled in a worker thread.
     `request_log`: a `request_log.RequestLog` that logs a sampled share of the answered
-    requests, closed at shutdown."""
+    requests, closed at shutdown. `busy_poll_us`: after answering a request on the loop's
+    thread, keep polling for the next one this long (`busy_poll.py`); 0, or batching, never."""
     handler = RestHandler(repository, metrics, request_log)
+    busy = BusyPoll(busy_poll_us) if busy_poll_us > 0 and not batching else None
     # Threads for the work of large requests, or of every POST with batching (see the
     # module's docstring).
     threads = BATCHING_WORKER_THREADS if batching else min(32, (os.cpu_count() or 1) + 4)
@@ -185,7 +191,7 @@ def build_app(
     async def app(scope, receive, send) -> None:
         kind = scope["type"]
         if kind == "lifespan":
-            await _lifespan(receive, send, workers, request_log)
+            await _lifespan(receive, send, workers, request_log, busy)
             return
         if kind != "http":
             return
@@ -204,11 +210,14 @@ def build_app(
             raw = scope.get("raw_path") or path.encode()
             if len(body) < inline_limit or method != "POST":
                 status, payload = handler.handle(method, raw.decode("latin-1"), body)
+                await _respond(send, status, payload, JSON_TYPE)
+                if busy is not None:
+                    busy.answered()
             else:
                 status, payload = await asyncio.get_running_loop().run_in_executor(
                     workers, handler.handle, method, raw.decode("latin-1"), body
                 )
-            await _respond(send, status, payload, JSON_TYPE)
+                await _respond(send, status, payload, JSON_TYPE)
         else:
             await _respond(send, 404, NOT_FOUND, JSON_TYPE)
 
@@ -241,9 +250,11 @@ async def _respond(send, status: int, payload: bytes, content_type: bytes) -> No
     await send({"type": "http.response.body", "body": payload})
 
 
-async def _lifespan(receive, send, workers: ThreadPoolExecutor, request_log=None) -> None:
-    """ASGI's lifespan protocol: nothing to start; the worker threads end at shutdown, and
-    the request log's files are closed."""
+async def _lifespan(
+    receive, send, workers: ThreadPoolExecutor, request_log=None, busy: BusyPoll | None = None
+) -> None:
+    """ASGI's lifespan protocol: nothing to start; the worker threads end at shutdown, the
+    request log's files are closed and busy polling stops."""
     while True:
         message = await receive()
         if message["type"] == "lifespan.startup":
@@ -252,5 +263,7 @@ async def _lifespan(receive, send, workers: ThreadPoolExecutor, request_log=None
             workers.shutdown(wait=False)
             if request_log is not None:
                 request_log.close()
+            if busy is not None:
+                busy.stop()
             await send({"type": "lifespan.shutdown.complete"})
             return

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pipelines.serving.model_server.app import DEFAULT_MONITORING_PATH
+from pipelines.serving.model_server.process_options import DEFAULT_BUSY_POLL_US
 from pipelines.serving_state.config_files import ServedModel
 
 log = logging.getLogger("conveyor.serving")
@@ -56,6 +57,9 @@ class ServerOptions:
     batching: dict | None = None
     # The request log (request_log.RequestLogOptions, as a dict, as `batching`); None: none.
     request_log: dict | None = None
+    # After answering a request, poll for the next one this long before sleeping
+    # (busy_poll.py); 0: never.
+    busy_poll_us: int = DEFAULT_BUSY_POLL_US
 
     def sources(self) -> Callable[[], Sequence[ServedModel]]:
         """What the repository polls: the config file's models, or the one model named."""
@@ -133,6 +137,7 @@ def serve(options: ServerOptions) -> int:
         options.monitoring_path,
         batching=batcher is not None,
         request_log=request_log,
+        busy_poll_us=options.busy_poll_us,
     )
     config = uvicorn.Config(
         app,
