@@ -458,13 +458,19 @@ class HttpOnly:
 
 
 def _breakdown_with_server(
-    breakdown: dict, cells: list[dict], http_only_p50: dict, awake_p50: dict
+    breakdown: dict, cells: list[dict], http_only_p50: dict, polling: dict
 ) -> dict:
     """The breakdown with the server's p50 with one client (one worker, no batching), what it
     adds to the application's time (HTTP, the loopback socket, wrk, and a core that waited for
     the request), HTTP alone's p50 (`http_only_p50`: batch -> the runs' p50s, us) and the
-    server's p50 with the cores kept awake (`awake_p50`, the same)."""
-    for key, measured in (("http_only_p50_us", http_only_p50), ("awake_p50_us", awake_p50)):
+    server's p50 with busy polling on and off, measured in turn (`polling`: "on"/"off" ->
+    the same)."""
+    measured_p50s = (
+        ("http_only_p50_us", http_only_p50),
+        ("busy_poll_on_p50_us", polling["on"]),
+        ("busy_poll_off_p50_us", polling["off"]),
+    )
+    for key, measured in measured_p50s:
         for batch, runs in measured.items():
             if runs and str(batch) in breakdown:
                 breakdown[str(batch)][key] = _summary([{"p50": p} for p in runs], "p50")
@@ -505,7 +511,10 @@ class Server:
     ):
         """`batching`: the model server's batching flags (None: no batching); `busy_poll_us`:
         its `--busy-poll-us` (None: the server's default)."""
-        out_root = out_root / f"server-{workers}{'-batching' if batching is not None else ''}"
+        out_root = out_root / (
+            f"server-{workers}{'-batching' if batching is not None else ''}"
+            + ("" if busy_poll_us is None else f"-busy-poll-{busy_poll_us}")
+        )
         out_root.mkdir(parents=True, exist_ok=True)
         self._out_root = out_root
         ready = out_root / "ready.json"
@@ -559,21 +568,9 @@ class Server:
             figures[found.group(1)] += float(found.group(2))
         return figures["sum"], int(figures["count"])
 
-    def p50_with_cores_awake_us(self, batch: int, seconds: float) -> float:
-        """wrk's p50 in microseconds with one client while idle-priority spinners keep every
-        core busy: the server's p50 when neither its core nor wrk's goes idle between requests
-        (see CORES_AWAKE), for the breakdown."""
-        spinners = [
-            subprocess.Popen([sys.executable, "-c", CORES_AWAKE])
-            for _ in range(os.cpu_count() or 1)
-        ]
-        try:
-            time.sleep(0.5)
-            return self._wrk(batch, 1, seconds)["p50_ms"] * 1000
-        finally:
-            for spinner in spinners:
-                spinner.kill()
-                spinner.wait()
+    def p50_us(self, batch: int, seconds: float) -> float:
+        """wrk's p50 in microseconds with one client for `seconds`."""
+        return self._wrk(batch, 1, seconds)["p50_ms"] * 1000
 
     def warm_up(self) -> None:
         """A short run per batch size before anything is counted."""
@@ -590,18 +587,6 @@ class Server:
             self._process.wait(timeout=20)
         except subprocess.TimeoutExpired:
             self._process.kill()
-
-
-# A process that keeps one core busy at the idle scheduling class (SCHED_IDLE): it runs only
-# when nothing else wants the core and gives way at once, so the server and wrk never wait for
-# it, but their cores never go idle. On a virtual machine an idle core is handed to other work
-# and comes back with cold caches; the p50 with these running shows what that costs a request.
-CORES_AWAKE = """\
-import os
-os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
-while True:
-    pass
-"""
 
 
 def write_wrk_inputs(folder: Path, batches) -> tuple[Path, dict[int, Path]]:
@@ -730,13 +715,17 @@ def _breakdown_rows(figures: dict) -> list[tuple[str, float]]:
             ),
             ("= server p50, 1 client", figures["server_p50_us"]),
         ]
-    if "awake_p50_us" in figures:
-        rows.append(
+    if "busy_poll_off_p50_us" in figures:
+        rows += [
             (
-                "server p50, 1 client, the cores kept awake (idle-priority spinners)",
-                figures["awake_p50_us"]["median"],
-            )
-        )
+                "server p50, 1 client, busy polling on (in turn with off)",
+                figures["busy_poll_on_p50_us"]["median"],
+            ),
+            (
+                "server p50, 1 client, busy polling off (--busy-poll-us 0)",
+                figures["busy_poll_off_p50_us"]["median"],
+            ),
+        ]
     if "server_handler_mean_us" in figures:
         rows.append(
             ("the handler inside the server, 1 client (mean)", figures["server_handler_mean_us"])
@@ -928,16 +917,26 @@ def main(argv: list[str] | None = None) -> int:
                         f"{figures['requests_per_s']:.0f} req/s",
                         flush=True,
                     )
-        awake_p50 = {batch: [] for batch in BATCHES}
+        # Busy polling's effect: the one-worker server's 1-client p50 beside the same server
+        # with it off, alternating.
+        polling = {"on": {batch: [] for batch in BATCHES}, "off": {batch: [] for batch in BATCHES}}
         single = sides.get(_side_name(1))
-        for repeat in range(args.repeats if single is not None else 0):
-            for batch in BATCHES:
-                awake_p50[batch].append(single.p50_with_cores_awake_us(batch, args.seconds))
-                print(
-                    f"run {repeat + 1}: batch {batch:>2}, 1 client, server, cores awake: p50 "
-                    f"{awake_p50[batch][-1]:.0f} us",
-                    flush=True,
-                )
+        if single is not None and args.busy_poll_us != 0:
+            polling_off = Server(
+                base_path, out_root, 1, tuple(args.server_threads), None, busy_poll_us=0
+            )
+            started.append(polling_off)
+            polling_off.warm_up()
+            for repeat in range(args.repeats):
+                pair = (("on", single), ("off", polling_off))
+                for batch in BATCHES:
+                    for mode, server in pair if repeat % 2 == 0 else pair[::-1]:
+                        polling[mode][batch].append(server.p50_us(batch, args.seconds))
+                        print(
+                            f"run {repeat + 1}: batch {batch:>2}, 1 client, server, busy polling "
+                            f"{mode}: p50 {polling[mode][batch][-1]:.0f} us",
+                            flush=True,
+                        )
         for server in started:  # the model servers leave the cores to HTTP alone
             server.stop()
         started.clear()
@@ -996,7 +995,7 @@ def main(argv: list[str] | None = None) -> int:
             cells, {side: count for side, (count, _) in zip(servers, configurations, strict=True)}
         ),
         "busy_poll_us": args.busy_poll_us,
-        "breakdown": _breakdown_with_server(breakdown, cells, http_only_p50, awake_p50),
+        "breakdown": _breakdown_with_server(breakdown, cells, http_only_p50, polling),
     }
     print()
     print(_report(result))
