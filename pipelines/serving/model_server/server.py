@@ -208,13 +208,17 @@ def _batch_scheduler(options: ServerOptions, metrics):
     )
 
 
-def _listen(options: ServerOptions) -> socket.socket:
-    """A socket bound to the options' host and port (not listening yet: uvicorn does that)."""
+def _listen(options: ServerOptions, reuse_port: bool = False) -> socket.socket:
+    """A socket bound to the options' host and port (not listening yet: uvicorn does that);
+    with `reuse_port`, one of several bound to the same port (SO_REUSEPORT, see
+    `serve_workers`)."""
     # IPPROTO_TCP named explicitly: asyncio turns Nagle's algorithm off (TCP_NODELAY) only on
     # sockets whose proto says TCP, and with it on every answer waited ~40 ms for an ACK.
     family = socket.AF_INET6 if ":" in options.host else socket.AF_INET
     listener = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if reuse_port:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
     try:
         listener.bind((options.host, options.port))
     except OSError as err:
@@ -246,8 +250,12 @@ def serve_workers(options: ServerOptions) -> int:
 
     One Python process runs one request's Python (HTTP, JSON, conversion) at a time: the GIL.
     Here this process opens the port and starts the workers, `python -m
-    pipelines.serving.model_server` each, which inherit the listening socket: the kernel hands each
-    new connection to one of them (a keep-alive connection stays with its worker). Each worker
+    pipelines.serving.model_server` each, each inheriting a listening socket of its own, all
+    bound to the port with SO_REUSEPORT: the kernel hands each new connection to one of them
+    by a hash of its addresses (a keep-alive connection stays with its worker). With one
+    socket shared by all, the worker that woke first accepted every connection waiting, so a
+    client opening its pool of connections at once often had them all on one worker, and the
+    other idle (the serving benchmark's 8 connections, in about one run in five). Each worker
     polls the base paths and loads every served version itself, so memory grows with the
     workers: TensorFlow, the server's modules and the models, once per worker.
 
@@ -263,8 +271,10 @@ def serve_workers(options: ServerOptions) -> int:
     ModelRepository(
         options.sources(), ServerMetrics(), options.poll_seconds, options.version_labels
     ).read_sources()
-    listener = _listen(options)
-    port = listener.getsockname()[1]
+    listeners = [_listen(options, reuse_port=True)]
+    port = listeners[0].getsockname()[1]
+    bound = dataclasses.replace(options, port=port)  # the rest on the port the first got
+    listeners += [_listen(bound, reuse_port=True) for _ in range(options.workers - 1)]
     control = Path(tempfile.mkdtemp(prefix="conveyor-serving-"))
     metrics_dir = control / "metrics"
     metrics_dir.mkdir()
@@ -278,7 +288,7 @@ def serve_workers(options: ServerOptions) -> int:
     previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
     code = 0
     try:
-        for index in range(options.workers):
+        for index, listener in enumerate(listeners):
             worker = dataclasses.replace(
                 options,
                 workers=1,
@@ -313,7 +323,8 @@ def serve_workers(options: ServerOptions) -> int:
                 if options.ready_file:
                     write_ready_file(options.ready_file, port)
     finally:
-        listener.close()
+        for listener in listeners:
+            listener.close()
         _stop_workers(workers)
         for sig, handler in previous.items():
             signal.signal(sig, handler)
