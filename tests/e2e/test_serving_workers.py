@@ -10,6 +10,8 @@ system (each worker's established TCP connections), not from anything the server
 from __future__ import annotations
 
 import socket
+import subprocess
+import sys
 import time
 
 import httpx
@@ -97,6 +99,18 @@ def test_two_workers_share_the_port_sum_their_metrics_and_swap_without_a_failed_
             for connection in burst:
                 connection.close()
         assert min(held) >= 2, f"a burst of {BURST} connections per worker: {held}"
+
+        # The workers' shared port is still a port in use: a second server started on it
+        # stops at once rather than joining the first one's sockets.
+        second = subprocess.run(
+            [sys.executable, "-m", "pipelines.serving.model_server", *args[:2], "--workers", "2"]
+            + ["--port", str(server.port)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert second.returncode == 1, second.stderr
+        assert f"cannot listen on 127.0.0.1:{server.port}" in second.stderr
 
         # Both workers answered; the metrics count every request once, whichever answered.
         assert _predictions_counted(server) == len(clients)

@@ -4,12 +4,12 @@ window instead of sleeping until the next one arrives.
 Why: a request that finds the server's core asleep pays for waking it, and on a virtual machine
 a core that went idle is handed to other work and comes back with cold caches. Timed inside
 the server on the 2-core VM `make bench-serving` runs on, every step of a request ran two to
-three times slower with one client (an idle wait before each request) than back to back;
-the benchmark measures a single client's p50 with polling on and off. TensorFlow's own thread
-pools spin briefly before they park for the same reason. A loop that
-has a ready callback polls its sockets without blocking (uvloop's `epoll_wait` with a timeout
-of 0), so a task that yields every round keeps the loop's thread on its core and still reads
-each new request within a round.
+four times slower with one client (an idle wait before each request) than back to back; the
+benchmark measures a single client's p50 with polling on and off. TensorFlow's own thread
+pools spin briefly before they park for the same reason. A loop that has a ready callback
+polls its sockets without blocking (uvloop's `epoll_wait` with a timeout of 0), so a task
+that yields every round keeps the loop's thread on its core and still reads each new request
+within a round.
 
 The cost is CPU: while requests arrive less than a window apart, the loop's thread takes a
 whole core. Once none has been answered for a window, it sleeps in `epoll_wait` as before, so

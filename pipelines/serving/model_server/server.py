@@ -271,10 +271,14 @@ def serve_workers(options: ServerOptions) -> int:
     ModelRepository(
         options.sources(), ServerMetrics(), options.poll_seconds, options.version_labels
     ).read_sources()
-    listeners = [_listen(options, reuse_port=True)]
-    port = listeners[0].getsockname()[1]
-    bound = dataclasses.replace(options, port=port)  # the rest on the port the first got
-    listeners += [_listen(bound, reuse_port=True) for _ in range(options.workers - 1)]
+    # A plain bind first: it fails when anything listens on the port, as one server's would.
+    # Sockets bound with SO_REUSEPORT would join another server's on it (one of the same user,
+    # workers of its own), and the two would share its connections.
+    probe = _listen(options)
+    port = probe.getsockname()[1]
+    probe.close()
+    bound = dataclasses.replace(options, port=port)  # the port the probe got, for port 0
+    listeners = [_listen(bound, reuse_port=True) for _ in range(options.workers)]
     control = Path(tempfile.mkdtemp(prefix="conveyor-serving-"))
     metrics_dir = control / "metrics"
     metrics_dir.mkdir()
