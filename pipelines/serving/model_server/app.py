@@ -208,16 +208,16 @@ def build_app(
             body = await _read_body(receive)
             # The path as sent: TF Serving matches before it percent-decodes names and labels.
             raw = scope.get("raw_path") or path.encode()
-            if len(body) < inline_limit or method != "POST":
+            inline = len(body) < inline_limit or method != "POST"
+            if inline:
                 status, payload = handler.handle(method, raw.decode("latin-1"), body)
-                await _respond(send, status, payload, JSON_TYPE)
-                if busy is not None:
-                    busy.answered()
             else:
                 status, payload = await asyncio.get_running_loop().run_in_executor(
                     workers, handler.handle, method, raw.decode("latin-1"), body
                 )
-                await _respond(send, status, payload, JSON_TYPE)
+            await _respond(send, status, payload, JSON_TYPE)
+            if inline and busy is not None:
+                busy.answered()
         else:
             await _respond(send, 404, NOT_FOUND, JSON_TYPE)
 
